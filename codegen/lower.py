@@ -1,0 +1,338 @@
+"""Lower a :class:`tapejit.ir.Program` to one LLVM function with ``llvmlite.ir``.
+
+The generated function has the C signature (documented for callers in :mod:`codegen.entry`)::
+
+    int32_t NAME(const T0 *in0, ..., const Tk *ink, double *out0, ..., double *outm, void *workspace)
+
+with one pointer per graph input (runtime arguments, then captured constants; ``T`` is ``double``
+or, for bool constants, ``uint8_t``), one per output (the value, then each gradient; a scalar
+output is one ``double``), and the workspace of ``Program.workspace_bytes`` bytes (64-byte
+aligned). It returns 0 on success. It never calls malloc/free: all memory is the caller's.
+
+Lowering is table-driven: :data:`EMIT` gives the scalar instruction(s) of every elementwise op,
+:data:`LOWER` the lowering of every other op group. Array ops stay *rolled* loops (vectorised by
+LLVM); scalar nodes are straight-line code in registers. Reductions accumulate with ``reassoc`` on
+the accumulating ``fadd`` only, so the loop vectoriser may reorder them (no global fast-math).
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from typing import Callable
+
+import llvmlite.ir as ir
+
+from tapejit import ops
+from tapejit.ir import Node, Program
+
+from . import mathlib
+
+F64 = ir.DoubleType()
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+ELEM = {"f64": F64, "bool": I8}
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+
+
+def _math(op):
+    return lambda b, n, *xs: mathlib.call(b, op, list(xs))
+
+
+def _sign(b, n, x):
+    pos = b.select(b.fcmp_ordered(">", x, F64(0.0)), F64(1.0), x)
+    return b.select(b.fcmp_ordered("<", x, F64(0.0)), F64(-1.0), pos)
+
+
+def _cast(b, n, x):
+    src, dst = n.args[0].dtype, n.dtype
+    if src == dst:
+        return x
+    if dst == "f64":
+        return b.uitofp(x, F64)
+    return b.fcmp_unordered("!=", x, F64(0.0))  # bool(nan) is True, as in numpy
+
+
+#: Scalar code of each elementwise op: (builder, node, *operand values) -> value.
+EMIT: dict[str, Callable[..., ir.Value]] = {
+    "neg": lambda b, n, x: b.fneg(x),
+    "add": lambda b, n, x, y: b.fadd(x, y),
+    "sub": lambda b, n, x, y: b.fsub(x, y),
+    "mul": lambda b, n, x, y: b.fmul(x, y),
+    "div": lambda b, n, x, y: b.fdiv(x, y),
+    "sign": _sign,
+    "lt": lambda b, n, x, y: b.fcmp_ordered("<", x, y),
+    "le": lambda b, n, x, y: b.fcmp_ordered("<=", x, y),
+    "gt": lambda b, n, x, y: b.fcmp_ordered(">", x, y),
+    "ge": lambda b, n, x, y: b.fcmp_ordered(">=", x, y),
+    "eq": lambda b, n, x, y: b.fcmp_ordered("==", x, y),
+    "ne": lambda b, n, x, y: b.fcmp_unordered("!=", x, y),
+    "and": lambda b, n, x, y: b.and_(x, y),
+    "or": lambda b, n, x, y: b.or_(x, y),
+    "not": lambda b, n, x: b.xor(x, I1(1)),
+    "where": lambda b, n, c, x, y: b.select(c, x, y),
+    "cast": _cast,
+    **{op: _math(op) for op in mathlib.MATH},
+}
+
+missing = set(ops.ELEMENTWISE) - set(EMIT)
+assert not missing, f"elementwise ops without a lowering: {missing}"
+
+
+class Lowering:
+    """State of lowering one program: the function, builder, and where each value lives."""
+
+    def __init__(self, prog: Program, name: str):
+        self.prog = prog
+        g = prog.graph
+        self.module = ir.Module(name=name)
+        params = [ELEM[n.dtype].as_pointer() for n in g.inputs]
+        params += [F64.as_pointer() for _ in g.outputs] + [I8.as_pointer()]
+        self.fn = ir.Function(self.module, ir.FunctionType(I32, params), name=name)
+        self.fn.attributes.add("nounwind")
+        for a in self.fn.args:
+            a.add_attribute("noalias")
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self.n_in = len(g.inputs)
+        self.regs: dict[int, ir.Value] = {}
+        for i, n in enumerate(g.inputs):
+            if n.shape == ():
+                self.regs[id(n)] = self._load_elem(self.fn.args[i], I64(0), n.dtype)
+
+    # -- memory -------------------------------------------------------------------------------
+    def ptr(self, n: Node) -> ir.Value:
+        """Typed pointer to the first element of array value ``n``."""
+        s = self.prog.slots[id(n)]
+        if s.kind == "arg":
+            return self.fn.args[s.index]
+        if s.kind == "out":
+            return self.fn.args[self.n_in + s.index]
+        if s.kind == "alias":
+            return self.ptr(s.of)
+        raw = self.b.gep(self.fn.args[-1], [I64(s.index)], inbounds=True)
+        return self.b.bitcast(raw, ELEM[n.dtype].as_pointer())
+
+    def _load_elem(self, p, idx, dtype):
+        v = self.b.load(self.b.gep(p, [idx], inbounds=True))
+        return self.b.trunc(v, I1) if dtype == "bool" else v
+
+    def load(self, n: Node, idx: ir.Value | None) -> ir.Value:
+        """Element ``idx`` (flat, i64) of ``n``; scalars and constants need no memory access."""
+        if n.op == "const":
+            return I1(int(n.attrs[0])) if n.dtype == "bool" else F64(n.attrs[0])
+        if n.shape == ():
+            return self.regs[id(n)]
+        return self._load_elem(self.ptr(n), idx, n.dtype)
+
+    def store_to(self, p: ir.Value, idx: ir.Value, v: ir.Value, dtype: str) -> None:
+        if dtype == "bool":
+            v = self.b.zext(v, I8)
+        self.b.store(v, self.b.gep(p, [idx], inbounds=True))
+
+    def define(self, n: Node, idx: ir.Value | None, v: ir.Value) -> None:
+        """Give node ``n`` (element ``idx``) the value ``v``: a register for scalars."""
+        if n.shape == ():
+            self.regs[id(n)] = v
+        else:
+            self.store_to(self.ptr(n), idx, v, n.dtype)
+
+    # -- loops --------------------------------------------------------------------------------
+    @contextmanager
+    def loop(self, count: int):
+        """``for i in range(count)`` as a rolled loop; yields the i64 induction variable."""
+        b = self.b
+        pre = b.block
+        head = self.fn.append_basic_block("loop")
+        body = self.fn.append_basic_block("body")
+        done = self.fn.append_basic_block("done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(I64(0), pre)
+        b.cbranch(b.icmp_signed("<", i, I64(count)), body, done)
+        b.position_at_end(body)
+        yield i
+        nxt = b.add(i, I64(1), flags=("nuw", "nsw"))
+        i.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    @contextmanager
+    def nest(self, shape: tuple[int, ...]):
+        """Nested loops over ``shape`` (row-major); yields the list of i64 indices."""
+        if not shape:
+            yield []
+            return
+        with self.loop(shape[0]) as i:
+            with self.nest(shape[1:]) as rest:
+                yield [i, *rest]
+
+    def affine(self, idx: list[ir.Value], offset: int, strides: tuple[int, ...]) -> ir.Value:
+        """``offset + sum(idx[k] * strides[k])`` as an i64 value."""
+        b = self.b
+        acc: ir.Value = I64(offset)
+        for i, s in zip(idx, strides):
+            if s == 1:
+                acc = b.add(acc, i, flags=("nsw",))
+            elif s != 0:
+                acc = b.add(acc, b.mul(i, I64(s), flags=("nsw",)), flags=("nsw",))
+        return acc
+
+    def flat(self, idx: list[ir.Value], shape: tuple[int, ...]) -> ir.Value:
+        return self.affine(idx, 0, _c_strides(shape))
+
+    def copy_into(self, dst: ir.Value, src: Node) -> None:
+        with self.loop(src.type.size) as i:
+            self.store_to(dst, i, self.load(src, i), src.dtype)
+
+    def accumulator(self, init: float) -> ir.Value:
+        here = self.b.block
+        self.b.position_at_start(self.fn.entry_basic_block)
+        slot = self.b.alloca(F64)
+        self.b.position_at_end(here)
+        self.b.store(F64(init), slot)
+        return slot
+
+    # -- driver -------------------------------------------------------------------------------
+    def run(self) -> ir.Module:
+        for n in self.prog.steps:
+            rule = LOWER.get(ops.OPS[n.op].group)
+            if rule is None:
+                raise NotImplementedError(f"codegen has no lowering for op {n.op!r}")
+            rule(self, n)
+        g = self.prog.graph
+        for k, o in enumerate(g.outputs):
+            dst = self.fn.args[self.n_in + k]
+            if o.shape == ():
+                self.store_to(dst, I64(0), self._as_f64(o), "f64")
+        for k, o in self.prog.copies:
+            self.copy_into(self.fn.args[self.n_in + k], o)
+        self.b.ret(I32(0))
+        return self.module
+
+    def _as_f64(self, n: Node) -> ir.Value:
+        v = self.load(n, I64(0))
+        return self.b.uitofp(v, F64) if n.dtype == "bool" else v
+
+
+# ----------------------------------------------------------------------------------------------
+# Lowering rules, one per op group.
+
+
+def _lower_elementwise(L: Lowering, n: Node) -> None:
+    if n.shape == ():
+        L.define(n, None, EMIT[n.op](L.b, n, *(L.load(a, None) for a in n.args)))
+        return
+    with L.loop(n.type.size) as i:
+        L.define(n, i, EMIT[n.op](L.b, n, *(L.load(a, i) for a in n.args)))
+
+
+def _lower_const(L: Lowering, n: Node) -> None:
+    if n.shape != () and id(n) in L.prog.slots:
+        with L.loop(n.type.size) as i:
+            L.define(n, i, L.load(n, i))
+
+
+def _lower_reduce(L: Lowering, n: Node) -> None:
+    (x,) = n.args
+    (axes,) = n.attrs
+    kept = [d for i, d in enumerate(x.shape) if i not in axes]
+    red = [d for i, d in enumerate(x.shape) if i in axes]
+    strides = _c_strides(x.shape)
+    b = L.b
+    with L.nest(tuple(kept)) as kidx:
+        acc = L.accumulator(0.0 if n.op == "reduce_sum" else -math.inf)
+        with L.nest(tuple(red)) as ridx:
+            it_k, it_r = iter(kidx), iter(ridx)
+            full = [next(it_r) if i in axes else next(it_k) for i in range(x.ndim)]
+            v = L.load(x, L.affine(full, 0, strides))
+            a = b.load(acc)
+            if n.op == "reduce_sum":
+                b.store(b.fadd(a, v, flags=("reassoc",)), acc)
+            else:
+                b.store(mathlib.call(b, "maximum", [a, v]), acc)
+        L.define(n, L.flat(kidx, n.shape) if kidx else I64(0), b.load(acc))
+
+
+def gather_affine(n: Node) -> tuple[int, tuple[int, ...]]:
+    """Element offset and per-output-axis strides at which ``n`` reads its C-contiguous operand."""
+    (x,) = n.args
+    src = _c_strides(x.shape)
+    if n.op == "index":
+        return ops.index_affine(x.shape, n.attrs)
+    if n.op == "transpose":
+        return 0, tuple(src[p] for p in n.attrs[0])
+    if n.op == "broadcast_to":
+        lead = n.ndim - x.ndim
+        return 0, (0,) * lead + tuple(0 if d == 1 else s for d, s in zip(x.shape, src))
+    raise NotImplementedError(n.op)
+
+
+def _lower_shape(L: Lowering, n: Node) -> None:
+    (x,) = n.args
+    if n.op == "reshape":
+        if n.shape == ():
+            L.define(n, None, L.load(x, I64(0)))
+        elif x.shape == ():
+            L.define(n, I64(0), L.load(x, None))
+        return  # an array reshape aliases its operand (memory plan)
+    offset, strides = gather_affine(n)
+    if n.shape == ():
+        L.define(n, None, L.load(x, I64(offset)))
+        return
+    with L.nest(n.shape) as idx:
+        src = L.affine(idx, offset, strides) if x.shape != () else None
+        L.define(n, L.flat(idx, n.shape), L.load(x, src))
+
+
+def _lower_index(L: Lowering, n: Node) -> None:
+    if n.op == "index":
+        return _lower_shape(L, n)
+    acc, upd = n.args
+    slot = L.prog.slots[id(n)]
+    if not (slot.kind == "alias" and slot.of is acc):
+        L.copy_into(L.ptr(n), acc)
+    offset, strides = ops.index_affine(acc.shape, n.attrs)
+    b = L.b
+    with L.nest(upd.shape) as idx:
+        p = b.gep(L.ptr(n), [L.affine(idx, offset, strides)], inbounds=True)
+        u = L.load(upd, L.flat(idx, upd.shape) if idx else None)
+        b.store(b.fadd(b.load(p), u), p)
+
+
+def _lower_matmul(L: Lowering, n: Node) -> None:
+    a, bm = n.args
+    (m, k), (_, cols) = a.shape, bm.shape
+    b = L.b
+    with L.nest((m, cols)) as (i, j):
+        acc = L.accumulator(0.0)
+        with L.loop(k) as l:
+            x = L.load(a, L.affine([i, l], 0, (k, 1)))
+            y = L.load(bm, L.affine([l, j], 0, (cols, 1)))
+            b.store(b.fadd(b.load(acc), b.fmul(x, y), flags=("reassoc", "contract")), acc)
+        L.define(n, L.affine([i, j], 0, (cols, 1)), b.load(acc))
+
+
+LOWER: dict[str, Callable[[Lowering, Node], None]] = {
+    "unary": _lower_elementwise,
+    "binary": _lower_elementwise,
+    "compare": _lower_elementwise,
+    "logical": _lower_elementwise,
+    "select": _lower_elementwise,
+    "cast": _lower_elementwise,
+    "reduce": _lower_reduce,
+    "shape": _lower_shape,
+    "index": _lower_index,
+    "linalg": _lower_matmul,
+    "leaf": _lower_const,
+}
+
+
+def lower(prog: Program, name: str) -> ir.Module:
+    """The LLVM module holding function ``name`` that computes ``prog`` (see module docstring)."""
+    return Lowering(prog, name).run()

@@ -1,0 +1,51 @@
+"""Target configuration — the one place where the host machine and LLVM's pipeline are chosen.
+
+* The host CPU name and feature string (``llvm.get_host_cpu_name()``,
+  ``get_host_cpu_features()``): a generic CPU name picks narrower vectors (DESIGN.md).
+* The new pass manager at O3 with loop and SLP vectorisation switched on explicitly (SLP is off by
+  default in ``PipelineTuningOptions``). Pattern from llvmlite's ``examples/newpassmanagers.py``.
+
+An MCJIT engine takes ownership of its target machine, so :func:`target_machine` makes a fresh one
+for every engine.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import llvmlite.binding as llvm
+
+OPT_LEVEL = 3
+
+
+@functools.cache
+def initialise() -> None:
+    """Initialise LLVM's native target and asm printer (both required; ``llvm.initialize()`` raises)."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+
+
+@functools.cache
+def host() -> tuple[str, str, str]:
+    """(triple, CPU name, feature string) of this machine."""
+    initialise()
+    return llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
+def target_machine() -> llvm.TargetMachine:
+    """A new TargetMachine for the host CPU (one per engine: the engine owns it)."""
+    triple, cpu, features = host()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(
+        cpu=cpu, features=features, opt=OPT_LEVEL, reloc="default", codemodel="jitdefault", jit=True
+    )
+
+
+def optimise(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+    """Run the O3 pipeline with loop and SLP vectorisation on ``module`` in place."""
+    pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(module, pb)

@@ -1,0 +1,28 @@
+"""tapejit: native, fused, vectorised gradients of numpy-style functions.
+
+    import tapejit as tj
+    grad = tj.compile(f, example_x)   # trace -> reverse mode -> passes -> LLVM -> machine code
+    g = grad(x)                       # the gradient, computed by native code
+    grad(x, out=g)                    # writes into g; creates no array
+
+See README.md for the pipeline and DESIGN notes; every stage prints with ``grad.ir(stage)``.
+"""
+
+from .api import STAGES, GradientFunction, compile, grad, value_and_grad
+from .ir import VerifyError
+from .ops import RuleError
+from .tracing import TracingError, where
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "STAGES",
+    "GradientFunction",
+    "RuleError",
+    "TracingError",
+    "VerifyError",
+    "compile",
+    "grad",
+    "value_and_grad",
+    "where",
+]

@@ -1,0 +1,276 @@
+"""Public API: :func:`compile`, :class:`GradientFunction`, :func:`grad`, :func:`value_and_grad`.
+
+``compile(f, *example_args, argnums=0)`` runs the whole pipeline once — trace, reverse mode,
+passes, memory plan, LLVM lowering, JIT — and returns a :class:`GradientFunction` that calls the
+native code. The gradient is specialised to the example arguments' shapes: calling it with other
+shapes raises a ``ValueError`` (use :func:`grad`, which compiles one specialisation per shape).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from codegen import entry as _entry  # api.py is the one front-end module that binds codegen
+from codegen.jit import CodeLibrary
+from codegen.lower import lower
+
+from . import autodiff, passes, tracing
+from .ir import Graph, Program
+
+_ffi = _entry.ffi
+
+STAGES = ("trace", "grad", "opt", "plan", "llvm", "llvm-opt", "asm")
+
+_F64 = np.dtype(np.float64)
+
+
+def _normalise_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if not nums:
+        raise ValueError("argnums is empty: nothing to differentiate")
+    out = []
+    for a in nums:
+        if not isinstance(a, int) or not -nargs <= a < nargs:
+            raise ValueError(f"argnums entry {a!r} is not a valid index for {nargs} arguments")
+        out.append(a % nargs)
+    if len(set(out)) != len(out):
+        raise ValueError(f"argnums {nums} repeats an argument")
+    return tuple(out)
+
+
+class _Workspace(threading.local):
+    """Per-thread scratch: the workspace and the value output (generated code is re-entrant)."""
+
+    def __init__(self, nbytes: int):
+        raw = np.zeros(nbytes + 64, dtype=np.uint8)
+        start = (-raw.ctypes.data) % 64
+        self.ws = raw[start : start + nbytes] if nbytes else raw[:0]
+        self.ws_ptr = _ffi.from_buffer(self.ws) if nbytes else _ffi.NULL
+        self.value = np.zeros((), dtype=np.float64)
+        self.value_ptr = _ffi.from_buffer(self.value)
+
+
+class GradientFunction:
+    """A compiled native gradient of ``f`` with respect to the arguments ``argnums``.
+
+    Call it as ``grad(*args, out=None)``. Arguments must match the example arguments given to
+    :func:`compile`: same count, same shapes; float64 C-contiguous arrays are used in place,
+    arrays of other real dtypes that convert to float64 exactly (``numpy.can_cast(..., 'safe')``)
+    and Python/numpy numbers are converted. The result is the gradient — an array of the
+    argument's shape (a ``float`` for a scalar argument), or a tuple of them when ``argnums`` is a
+    tuple. ``out=`` (an array, or a tuple of arrays for a tuple ``argnums``) must be writeable,
+    C-contiguous float64 arrays of the gradient's shape that do not overlap any argument; the
+    gradient is written there, ``out`` is returned, and no numpy array is created.
+
+    Raises ``TypeError`` for a wrong argument count or type, ``ValueError`` for a wrong shape,
+    layout or ``out``. Thread-safe: each thread gets its own workspace, and the native call
+    releases the GIL.
+    """
+
+    def __init__(self, f: Callable, example_args: Sequence[Any], argnums: int | Sequence[int] = 0):
+        if not callable(f):
+            raise TypeError(f"compile() needs a callable, got {type(f).__name__}")
+        if not example_args:
+            raise TypeError("compile() needs at least one example argument to specialise on")
+        self.fn = f
+        self.argnums = _normalise_argnums(argnums, len(example_args))
+        self._tuple_result = not isinstance(argnums, int)
+        timings: dict[str, float] = {}
+        t0 = time.perf_counter()
+        trace = tracing.trace(f, example_args, self.argnums)
+        t1 = time.perf_counter()
+        joint = autodiff.vjp_graph(trace)
+        t2 = time.perf_counter()
+        opt, pass_stats = passes.optimise(joint)
+        prog = passes.plan(opt)
+        t3 = time.perf_counter()
+        symbol = f"tj_{trace.name}".replace("<", "_").replace(">", "_")
+        module = lower(prog, symbol)
+        self._llvm = str(module)
+        t4 = time.perf_counter()
+        self._lib = CodeLibrary(module)
+        timings.update(trace=t1 - t0, autodiff=t2 - t1, passes=t3 - t2, lower=t4 - t3)
+        timings.update(self._lib.timings)
+        self._stages: dict[str, Graph | Program] = {
+            "trace": trace,
+            "grad": joint,
+            "opt": opt,
+            "plan": prog,
+        }
+        self.name = trace.name
+        g = prog.graph
+        runtime = [n for n, k in zip(g.inputs, g.kinds) if k != "const"]
+        self._shapes = tuple(n.shape for n in runtime)
+        self._grad_shapes = tuple(self._shapes[i] for i in self.argnums)
+        # Captured constants: snapshotted at trace time, pointers made once.
+        self._consts = [g.bindings[i] for i, k in enumerate(g.kinds) if k == "const"]
+        self._const_ptrs = tuple(_ffi.from_buffer(c) for c in self._consts)
+        self._native = _entry.bind(self._lib.address(symbol), len(g.inputs), len(g.outputs))
+        self._tls = _Workspace(prog.workspace_bytes)
+        self._cache: list[tuple[Any, Any]] = [(None, None)] * len(self._shapes)
+        self.stats: dict[str, Any] = {
+            "nodes": {"trace": len(trace.nodes), "grad": len(joint.nodes), "opt": len(opt.nodes)},
+            "passes": pass_stats,
+            "workspace_bytes": prog.workspace_bytes,
+            "constants_bytes": sum(c.nbytes for c in self._consts),
+            "timings": timings,
+        }
+
+    # -- introspection ------------------------------------------------------------------------
+    def ir(self, stage: str = "grad") -> str:
+        """Printed form of a pipeline stage: one of :data:`STAGES`."""
+        if stage in self._stages:
+            return str(self._stages[stage])
+        if stage == "llvm":
+            return self._llvm
+        if stage == "llvm-opt":
+            return self._lib.llvm_ir
+        if stage == "asm":
+            return self._lib.asm
+        raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"f64{list(s)}" for s in self._shapes)
+        return f"<GradientFunction of {self.name}({shapes}) wrt argnums={self.argnums}>"
+
+    # -- calling ------------------------------------------------------------------------------
+    def _arg_pointer(self, i: int, a: Any):
+        shape = self._shapes[i]
+        if type(a) is np.ndarray:
+            last, ptr = self._cache[i]
+            if a is last:
+                return ptr
+            if a.dtype != _F64:
+                if a.dtype == np.bool_ or not np.can_cast(a.dtype, _F64, "safe"):
+                    raise TypeError(
+                        f"{self.name}: argument {i} must be float64 (or convert to it exactly), "
+                        f"got dtype {a.dtype}"
+                    )
+                if a.shape != shape:
+                    raise ValueError(
+                        f"{self.name}: argument {i} must have shape {shape}, got {a.shape}"
+                    )
+                return _ffi.from_buffer(np.ascontiguousarray(a, dtype=_F64))
+            if a.shape != shape:
+                raise ValueError(f"{self.name}: argument {i} must have shape {shape}, got {a.shape}")
+            if not a.flags.c_contiguous:
+                raise ValueError(
+                    f"{self.name}: argument {i} must be C-contiguous; pass np.ascontiguousarray(x)"
+                )
+            ptr = _ffi.from_buffer(a, require_writable=False)
+            self._cache[i] = (a, ptr)
+            return ptr
+        if isinstance(a, (float, int, np.floating, np.integer)) and not isinstance(a, (bool, np.bool_)):
+            if shape != ():
+                raise ValueError(
+                    f"{self.name}: argument {i} must be an array of shape {shape}, got a scalar"
+                )
+            return _ffi.from_buffer(np.array(float(a)))
+        if isinstance(a, np.ndarray):  # an ndarray subclass: view it as a plain array
+            return self._arg_pointer(i, np.asarray(a))
+        raise TypeError(
+            f"{self.name}: argument {i} must be a float64 array of shape {shape}, "
+            f"got {type(a).__name__}"
+        )
+
+    def _out_pointer(self, k: int, o: Any, args: Sequence[Any]):
+        shape = self._grad_shapes[k]
+        what = f"{self.name}: out" + (f"[{k}]" if self._tuple_result else "")
+        if type(o) is not np.ndarray:
+            raise TypeError(f"{what} must be a numpy float64 array, got {type(o).__name__}")
+        if o.dtype != _F64:
+            raise TypeError(f"{what} must have dtype float64, got {o.dtype}")
+        if o.shape != shape:
+            raise ValueError(f"{what} must have shape {shape}, got {o.shape}")
+        if not o.flags.c_contiguous or not o.flags.writeable:
+            raise ValueError(f"{what} must be a writeable C-contiguous array")
+        for a in args:
+            if type(a) is np.ndarray and np.may_share_memory(a, o):
+                raise ValueError(f"{what} overlaps an argument; pass a separate output array")
+        return _ffi.from_buffer(o, require_writable=True)
+
+    def _call(self, args: tuple, out: Any) -> tuple[float, Any]:
+        if len(args) != len(self._shapes):
+            raise TypeError(
+                f"{self.name}: the compiled gradient takes {len(self._shapes)} argument(s), "
+                f"got {len(args)}"
+            )
+        ptrs = [self._arg_pointer(i, a) for i, a in enumerate(args)]
+        if out is None:
+            outs = tuple(np.empty(s) for s in self._grad_shapes)
+        else:
+            outs = out if self._tuple_result else (out,)
+            if not isinstance(outs, tuple) or len(outs) != len(self._grad_shapes):
+                raise TypeError(
+                    f"{self.name}: out must be a tuple of {len(self._grad_shapes)} arrays "
+                    "(one per entry of argnums)"
+                )
+            if len(outs) > 1 and any(
+                np.may_share_memory(outs[i], outs[j])
+                for i in range(len(outs))
+                for j in range(i)
+                if type(outs[i]) is np.ndarray and type(outs[j]) is np.ndarray
+            ):
+                raise ValueError(f"{self.name}: the arrays in out overlap each other")
+        out_ptrs = [self._out_pointer(k, o, args) for k, o in enumerate(outs)]
+        tls = self._tls
+        status = self._native(*ptrs, *self._const_ptrs, tls.value_ptr, *out_ptrs, tls.ws_ptr)
+        if status != 0:
+            raise RuntimeError(f"{self.name}: native gradient returned status {status}")
+        value = float(tls.value)
+        if out is not None:
+            return value, out
+        result = tuple(float(o) if o.shape == () else o for o in outs)
+        return value, (result if self._tuple_result else result[0])
+
+    def __call__(self, *args: Any, out: Any = None) -> Any:
+        """The gradient of ``f`` at ``args`` (see the class docstring)."""
+        return self._call(args, out)[1]
+
+    def value_and_grad(self, *args: Any, out: Any = None) -> tuple[float, Any]:
+        """``(f(*args), gradient)``: the primal value (a float) and the gradient, in one call."""
+        return self._call(args, out)
+
+
+def compile(f: Callable, *example_args: Any, argnums: int | Sequence[int] = 0) -> GradientFunction:
+    """Compile the gradient of scalar-valued ``f`` for arguments shaped like ``example_args``.
+
+    ``f`` takes float64 arrays (any shape) or floats and returns a scalar float; it is written
+    with numpy (``np.exp``, ``@``, ``x.sum()``, indexing, Python loops over elements ...).
+    ``argnums`` (int or tuple of ints) selects the arguments to differentiate; the others are
+    runtime inputs that get no gradient. Numpy arrays that ``f`` captures are snapshotted now.
+
+    Returns a :class:`GradientFunction`. Raises :class:`tapejit.TracingError` when ``f`` cannot be
+    traced (unsupported numpy function, Python control flow on a traced value, non-scalar
+    result), naming the file and line.
+    """
+    return GradientFunction(f, example_args, argnums)
+
+
+class _Lazy:
+    """A gradient that compiles one specialisation per argument-shape signature, on first use."""
+
+    def __init__(self, f: Callable, argnums: int | Sequence[int], with_value: bool):
+        self.fn, self.argnums, self.with_value = f, argnums, with_value
+        self.specialisations: dict[tuple, GradientFunction] = {}
+
+    def __call__(self, *args: Any, out: Any = None):
+        key = tuple(np.shape(a) for a in args)
+        g = self.specialisations.get(key)
+        if g is None:
+            g = self.specialisations[key] = GradientFunction(self.fn, args, self.argnums)
+        return g.value_and_grad(*args, out=out) if self.with_value else g(*args, out=out)
+
+
+def grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """``grad(f)(*args)``: like :func:`compile`, compiling on first call for each set of shapes."""
+    return _Lazy(f, argnums, with_value=False)
+
+
+def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """``value_and_grad(f)(*args) -> (value, gradient)``, compiled per set of argument shapes."""
+    return _Lazy(f, argnums, with_value=True)

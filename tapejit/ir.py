@@ -1,0 +1,326 @@
+"""The SSA IR: types, hash-consed nodes, graphs, programs, a printer and a verifier.
+
+This module is the contract between the front end (tracing, autodiff, passes) and ``codegen/``.
+It knows no op rules: the shape/dtype rule of each op lives in :mod:`tapejit.ops`, which the
+verifier consults through a hook so that the dependency stays one-way (``ir`` <- ``ops``).
+
+Grammar of the printed form (what tests and the CLI show)::
+
+    graph NAME(%i: TYPE [active|inactive|const], ...) -> (TYPE, ...)
+      %k = OP %a, %b {attr=value, ...} : TYPE
+      return %r, ...
+
+    TYPE  := f64[d0,d1,...] | bool[...] | f64[]   (f64[] is a scalar)
+
+A ``Node`` is immutable and interned: building the same ``(op, args, attrs, type)`` twice returns
+the same object, so common-subexpression elimination happens at construction.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+DTYPES = ("f64", "bool", "i64")
+NUMPY_DTYPE = {"f64": "float64", "bool": "bool", "i64": "int64"}
+ITEMSIZE = {"f64": 8, "bool": 1, "i64": 8}
+
+
+@dataclass(frozen=True, slots=True)
+class Type:
+    """Static type of an SSA value: a shape (tuple of ints, ``()`` for a scalar) and a dtype."""
+
+    shape: tuple[int, ...]
+    dtype: str = "f64"
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {DTYPES}")
+        if not all(isinstance(d, int) and d >= 0 for d in self.shape):
+            raise ValueError(f"shape must be a tuple of non-negative ints, got {self.shape!r}")
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * ITEMSIZE[self.dtype]
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+def _attr_key(value: Any) -> Any:
+    """Hashable key of an attribute that tells -0.0 from 0.0 (CSE must not merge them)."""
+    if isinstance(value, float):
+        return ("f", struct.pack("<d", value))
+    if isinstance(value, tuple):
+        return tuple(_attr_key(v) for v in value)
+    if isinstance(value, slice):
+        return ("s", value.start, value.stop, value.step)
+    return value
+
+
+class Node:
+    """One SSA value: ``op`` applied to ``args`` (other nodes) with static ``attrs``.
+
+    Nodes are immutable and interned; compare them with ``is``. ``attrs`` is a tuple of
+    hashable values whose meaning is given by the op's row in :mod:`tapejit.ops`.
+    """
+
+    __slots__ = ("op", "args", "attrs", "type", "__weakref__")
+    _table: "weakref.WeakValueDictionary[Any, Node]" = weakref.WeakValueDictionary()
+
+    op: str
+    args: tuple["Node", ...]
+    attrs: tuple
+    type: Type
+
+    def __new__(cls, op: str, args: Iterable["Node"], attrs: tuple, type: Type) -> "Node":
+        args = tuple(args)
+        key = (op, tuple(map(id, args)), _attr_key(attrs), type)
+        node = cls._table.get(key)
+        if node is not None and node.args == args:
+            return node
+        node = object.__new__(cls)
+        object.__setattr__(node, "op", op)
+        object.__setattr__(node, "args", args)
+        object.__setattr__(node, "attrs", attrs)
+        object.__setattr__(node, "type", type)
+        cls._table[key] = node
+        return node
+
+    def __setattr__(self, name, value):
+        raise AttributeError("IR nodes are immutable")
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.type.shape)
+
+    def __repr__(self) -> str:
+        return f"<Node {self.op} {self.type} attrs={self.attrs}>"
+
+
+def toposort(outputs: Iterable[Node]) -> list[Node]:
+    """All nodes reachable from ``outputs``, each after its arguments (iterative DFS)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in outputs:
+        if id(root) in seen:
+            continue
+        stack = [(root, iter(root.args))]
+        seen.add(id(root))
+        while stack:
+            node, it = stack[-1]
+            for arg in it:
+                if id(arg) not in seen:
+                    seen.add(id(arg))
+                    stack.append((arg, iter(arg.args)))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
+
+
+INPUT_KINDS = ("active", "inactive", "const")
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A function in SSA form.
+
+    ``inputs`` are nodes of op ``input`` (attrs ``(position, name)``); ``kinds[i]`` says whether
+    input i is *active* (differentiated), *inactive* (a runtime argument that is not
+    differentiated), or *const* (a numpy array captured by the traced function, snapshotted at
+    compile time and held in ``bindings``). ``outputs`` are the returned nodes.
+    """
+
+    name: str
+    inputs: tuple[Node, ...]
+    kinds: tuple[str, ...]
+    outputs: tuple[Node, ...]
+    bindings: dict[int, Any] = field(default_factory=dict, compare=False)
+    output_names: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if len(self.inputs) != len(self.kinds):
+            raise ValueError("one kind per input")
+        for k in self.kinds:
+            if k not in INPUT_KINDS:
+                raise ValueError(f"unknown input kind {k!r}")
+
+    @property
+    def nodes(self) -> list[Node]:
+        """Every node the outputs depend on, in topological order."""
+        return toposort(self.outputs)
+
+    def replace(self, **changes) -> "Graph":
+        d = dict(
+            name=self.name,
+            inputs=self.inputs,
+            kinds=self.kinds,
+            outputs=self.outputs,
+            bindings=self.bindings,
+            output_names=self.output_names,
+        )
+        d.update(changes)
+        return Graph(**d)
+
+    def users(self) -> dict[int, list[Node]]:
+        """Map ``id(node)`` -> the nodes that use it as an argument (with repetition)."""
+        users: dict[int, list[Node]] = {}
+        for n in self.nodes:
+            for a in n.args:
+                users.setdefault(id(a), []).append(n)
+        return users
+
+    def __str__(self) -> str:
+        return format_graph(self)
+
+
+def _fmt_attr(v: Any) -> str:
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, slice):
+        return f"{'' if v.start is None else v.start}:{'' if v.stop is None else v.stop}" + (
+            "" if v.step in (None, 1) else f":{v.step}"
+        )
+    if isinstance(v, tuple):
+        return "(" + ",".join(_fmt_attr(x) for x in v) + ")"
+    return str(v)
+
+
+def format_graph(g: Graph, names: dict[int, str] | None = None) -> str:
+    """The text form of ``g`` (see the module docstring for the grammar)."""
+    names = {} if names is None else names
+    for i, n in enumerate(g.inputs):
+        names[id(n)] = f"%{n.attrs[1]}" if len(n.attrs) > 1 else f"%in{i}"
+    head = ", ".join(f"{names[id(n)]}: {n.type} {k}" for n, k in zip(g.inputs, g.kinds))
+    outs = ", ".join(str(o.type) for o in g.outputs)
+    lines = [f"graph {g.name}({head}) -> ({outs})"]
+    k = 0
+    for n in g.nodes:
+        if n.op == "input":
+            continue
+        names[id(n)] = f"%{k}"
+        k += 1
+        args = ", ".join(names[id(a)] for a in n.args)
+        attrs = ""
+        if n.attrs:
+            attrs = " {" + ", ".join(_fmt_attr(a) for a in n.attrs) + "}"
+        sep = " " if args else ""
+        lines.append(f"  {names[id(n)]} = {n.op}{sep}{args}{attrs} : {n.type}")
+    ret = ", ".join(names[id(o)] for o in g.outputs)
+    lines.append(f"  return {ret}")
+    return "\n".join(lines)
+
+
+class VerifyError(Exception):
+    """The IR breaks an invariant (a bug in tapejit, never a user error)."""
+
+
+#: Set by :mod:`tapejit.ops`: ``(op, arg types, attrs) -> Type``; raises on a bad node.
+type_rule: Callable[[str, tuple[Type, ...], tuple], Type] | None = None
+
+
+def verify(g: Graph) -> Graph:
+    """Check that ``g`` is well formed: known ops, types agree with the op table, inputs declared.
+
+    Returns ``g``; raises :class:`VerifyError` naming the first bad node.
+    """
+    declared = {id(n) for n in g.inputs}
+    if len(declared) != len(g.inputs):
+        raise VerifyError("an input is declared twice")
+    for n in g.nodes:
+        if n.op == "input":
+            if id(n) not in declared:
+                raise VerifyError(f"input {n.attrs} is used but not declared in {g.name}")
+            continue
+        if n.op == "const":
+            if n.args or len(n.attrs) != 1:
+                raise VerifyError(f"const node {n!r} must have no args and one value")
+            continue
+        if type_rule is not None:
+            try:
+                t = type_rule(n.op, tuple(a.type for a in n.args), n.attrs)
+            except Exception as e:  # noqa: BLE001 - re-raised with context
+                raise VerifyError(f"bad node {n!r}: {e}") from e
+            if t != n.type:
+                raise VerifyError(f"node {n!r} has type {n.type}, its op rule gives {t}")
+    for i, k in enumerate(g.kinds):
+        if k == "const" and i not in g.bindings:
+            raise VerifyError(f"const input {i} of {g.name} has no binding")
+    return g
+
+
+# ----------------------------------------------------------------------------------------------
+# Program: the scheduled, memory-planned form that codegen lowers.
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where an array value lives at run time.
+
+    kind ``arg``: the caller's i-th input array; ``out``: the caller's i-th output array;
+    ``ws``: ``offset`` bytes into the workspace; ``alias``: the same memory as ``of`` (a node),
+    used by reshape and in-place updates.
+    """
+
+    kind: str
+    index: int = 0
+    of: Node | None = None
+
+
+@dataclass(frozen=True)
+class Program:
+    """A graph with a schedule and a memory plan.
+
+    ``steps`` is the execution order (every non-input node once). ``slots`` maps ``id(node)`` to
+    a :class:`Slot` for every array-valued node (scalars live in registers and have no slot).
+    ``copies`` lists ``(output index, node)`` pairs that must be copied into the caller's output
+    array at the end (when an output is also an input, or the same node is two outputs).
+    ``workspace_bytes`` is the compile-time size of the one workspace.
+    """
+
+    graph: Graph
+    steps: tuple[Node, ...]
+    slots: dict[int, Slot]
+    copies: tuple[tuple[int, Node], ...]
+    workspace_bytes: int
+    stats: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __str__(self) -> str:
+        names: dict[int, str] = {}
+        text = format_graph(self.graph, names)
+        lines = [f"program {self.graph.name}: workspace {self.workspace_bytes} bytes"]
+        for n in self.steps:
+            s = self.slots.get(id(n))
+            where = "register"
+            if s is not None:
+                where = {
+                    "arg": f"arg[{s.index}]",
+                    "out": f"out[{s.index}]",
+                    "ws": f"ws+{s.index}",
+                    "alias": f"alias of {names.get(id(s.of), '?')}",
+                }[s.kind]
+            lines.append(f"  {names[id(n)]:>6} {n.op:<12} {str(n.type):<16} -> {where}")
+        for i, n in self.copies:
+            lines.append(f"  copy {names[id(n)]} -> out[{i}]")
+        return text + "\n" + "\n".join(lines)

@@ -1,0 +1,500 @@
+"""The op table: one row per primitive, with its type rule, numpy reference and VJP rule.
+
+Every primitive of the IR is defined here once:
+
+* ``type_rule(arg_types, attrs) -> Type`` — shape and dtype of the result (raises on bad input);
+* ``ref(attrs, *values)`` — numpy reference implementation, used by the interpreter (the oracle);
+* ``vjp(g, out, *args)`` — the cotangent of each argument given the cotangent ``g`` of the result,
+  written with the same ops (so backward code is optimised like forward code). ``None`` for an
+  argument that gets no cotangent. An index op returns a :class:`Sparse` cotangent, which reverse
+  mode applies as a scatter-add into one accumulator per operand.
+
+Ops belong to *groups* (``ELEMENTWISE``, ``REDUCE``, ...) and passes and codegen match on groups.
+Elementwise ops in the IR take operands of one shape, or scalars (shape ``()``), which broadcast
+implicitly; any other numpy broadcasting is made explicit with ``broadcast_to`` by the builders
+below. Composite functions (``mean``, ``square``, ``norm``, ...) are compositions in the tracer, not
+primitives.
+
+The VJP rules follow the standard derivations (e.g. Griewank & Walther, *Evaluating Derivatives*,
+2nd ed., ch. 3; the rule tables of HIPS autograd ``numpy_vjps.py`` and JAX ``lax.py``); ties in
+``maximum``/``minimum``/``reduce_max`` share the cotangent equally, as JAX does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from . import ir
+from .ir import Node, Type
+
+# ----------------------------------------------------------------------------------------------
+# Groups
+
+UNARY = ("neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "abs", "sign")
+BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
+COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+LOGICAL = ("and", "or", "not")
+SELECT = ("where",)
+CAST = ("cast",)
+ELEMENTWISE = UNARY + BINARY + COMPARE + LOGICAL + SELECT + CAST
+REDUCE = ("reduce_sum", "reduce_max")
+SHAPE = ("broadcast_to", "reshape", "transpose")
+INDEX = ("index", "scatter_add")
+LINALG = ("matmul",)
+LEAF = ("input", "const")
+#: Ops whose result is piecewise constant in their float arguments: no cotangent flows through.
+NONDIFFERENTIABLE = ("sign",) + COMPARE + LOGICAL + CAST
+
+
+class RuleError(NotImplementedError):
+    """An op has no rule for the requested transformation (names the op)."""
+
+
+@dataclass(frozen=True)
+class Sparse:
+    """A cotangent that touches a static index set of its operand: ``operand[items] += g``."""
+
+    g: Node
+    items: tuple
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    group: str
+    arity: int
+    type_rule: Callable[[tuple[Type, ...], tuple], Type]
+    ref: Callable[..., Any]
+    vjp: Callable[..., tuple] | None
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _def(name, group, arity, type_rule, ref, vjp=None):
+    OPS[name] = OpDef(name, group, arity, type_rule, ref, vjp)
+
+
+# ----------------------------------------------------------------------------------------------
+# Type rules
+
+
+def _same_shape(types: tuple[Type, ...]) -> tuple[int, ...]:
+    shapes = {t.shape for t in types if t.shape != ()}
+    if len(shapes) > 1:
+        raise ValueError(f"elementwise operands must share one shape or be scalars, got {shapes}")
+    return shapes.pop() if shapes else ()
+
+
+def _need(types, dtype, what):
+    for t in types:
+        if t.dtype != dtype:
+            raise TypeError(f"{what} needs {dtype} operands, got {t.dtype}")
+
+
+def _arith(types, attrs):
+    _need(types, "f64", "arithmetic")
+    return Type(_same_shape(types), "f64")
+
+
+def _compare(types, attrs):
+    _need(types, "f64", "comparison")
+    return Type(_same_shape(types), "bool")
+
+
+def _logical(types, attrs):
+    _need(types, "bool", "logical op")
+    return Type(_same_shape(types), "bool")
+
+
+def _where(types, attrs):
+    c, a, b = types
+    _need((c,), "bool", "where condition")
+    _need((a, b), "f64", "where branches")
+    return Type(_same_shape(types), "f64")
+
+
+def _cast(types, attrs):
+    return Type(types[0].shape, attrs[0])
+
+
+def _reduce(types, attrs):
+    (t,) = types
+    (axes,) = attrs
+    if sorted(set(axes)) != list(axes) or any(not 0 <= a < t.ndim for a in axes):
+        raise ValueError(f"reduction axes {axes} are not sorted, unique and within {t.shape}")
+    _need(types, "f64", "reduction")
+    return Type(tuple(d for i, d in enumerate(t.shape) if i not in axes), "f64")
+
+
+def _broadcast_to(types, attrs):
+    (t,) = types
+    (shape,) = attrs
+    if np.broadcast_shapes(t.shape, shape) != tuple(shape):
+        raise ValueError(f"cannot broadcast {t.shape} to {shape}")
+    return Type(tuple(shape), t.dtype)
+
+
+def _reshape(types, attrs):
+    (t,) = types
+    (shape,) = attrs
+    if math.prod(shape) != t.size:
+        raise ValueError(f"cannot reshape {t.shape} to {shape}")
+    return Type(tuple(shape), t.dtype)
+
+
+def _transpose(types, attrs):
+    (t,) = types
+    (perm,) = attrs
+    if sorted(perm) != list(range(t.ndim)):
+        raise ValueError(f"{perm} is not a permutation of the axes of {t.shape}")
+    return Type(tuple(t.shape[p] for p in perm), t.dtype)
+
+
+def index_shape(shape: tuple[int, ...], items: tuple) -> tuple[int, ...]:
+    """Result shape of ``x[items]``; an item is an int or a normalised ``(start, stop, step)``."""
+    if len(items) > len(shape):
+        raise IndexError(f"too many indices ({len(items)}) for shape {shape}")
+    out = []
+    for item, d in zip(items, shape):
+        if isinstance(item, tuple):
+            out.append(len(range(*item)))
+        elif not 0 <= item < d:
+            raise IndexError(f"index {item} out of bounds for axis of size {d}")
+    return tuple(out) + tuple(shape[len(items) :])
+
+
+def index_affine(shape: tuple[int, ...], items: tuple) -> tuple[int, tuple[int, ...]]:
+    """``x[items]`` as an affine view of C-contiguous ``x``: (element offset, element strides)."""
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+    offset, out = 0, []
+    for i, d in enumerate(shape):
+        item = items[i] if i < len(items) else (0, d, 1)
+        if isinstance(item, tuple):
+            offset += item[0] * strides[i]
+            out.append(item[2] * strides[i])
+        else:
+            offset += item * strides[i]
+    return offset, tuple(out)
+
+
+def _index(types, attrs):
+    (t,) = types
+    return Type(index_shape(t.shape, attrs), t.dtype)
+
+
+def _scatter_add(types, attrs):
+    acc, upd = types
+    _need(types, "f64", "scatter_add")
+    if index_shape(acc.shape, attrs) != upd.shape:
+        raise ValueError(f"scatter_add update {upd.shape} does not match {acc.shape}[{attrs}]")
+    return acc
+
+
+def _matmul(types, attrs):
+    a, b = types
+    _need(types, "f64", "matmul")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"matmul needs (m,k) @ (k,n) operands, got {a.shape} @ {b.shape}")
+    return Type((a.shape[0], b.shape[1]), "f64")
+
+
+def _leaf(types, attrs):
+    raise ValueError("leaf nodes are built directly")
+
+
+def type_rule(op: str, types: tuple[Type, ...], attrs: tuple) -> Type:
+    """Result type of ``op`` on arguments of ``types``; raises on a bad combination."""
+    row = OPS.get(op)
+    if row is None:
+        raise RuleError(f"unknown op {op!r}")
+    if row.arity != len(types):
+        raise ValueError(f"{op} takes {row.arity} operands, got {len(types)}")
+    return row.type_rule(types, attrs)
+
+
+ir.type_rule = type_rule
+
+# ----------------------------------------------------------------------------------------------
+# Builders: the one way the front end makes nodes.
+
+
+def make(op: str, *args: Node, attrs: tuple = ()) -> Node:
+    """The node ``op(*args)``, typed by the op's rule."""
+    return Node(op, args, attrs, type_rule(op, tuple(a.type for a in args), attrs))
+
+
+def const(value: float, shape: tuple[int, ...] = (), dtype: str = "f64") -> Node:
+    """A constant filled with ``value`` (a scalar when ``shape == ()``)."""
+    value = bool(value) if dtype == "bool" else float(value)
+    return Node("const", (), (value,), Type(tuple(shape), dtype))
+
+
+def is_const(x: Node, value: float | None = None) -> bool:
+    return x.op == "const" and (value is None or x.attrs[0] == value)
+
+
+def broadcast_to(x: Node, shape: tuple[int, ...]) -> Node:
+    shape = tuple(shape)
+    if x.shape == shape:
+        return x
+    if x.op == "const":
+        return const(x.attrs[0], shape, x.dtype)
+    return make("broadcast_to", x, attrs=(shape,))
+
+
+def _bcast(*xs: Node) -> tuple[Node, ...]:
+    shape = np.broadcast_shapes(*(x.shape for x in xs))
+    return tuple(x if x.shape in ((), shape) else broadcast_to(x, shape) for x in xs)
+
+
+def _float(x: Node) -> Node:
+    return make("cast", x, attrs=("f64",)) if x.dtype != "f64" else x
+
+
+def elementwise(op: str, *args: Node) -> Node:
+    """``op`` with numpy broadcasting and numpy's promotion of bool operands to float."""
+    if op in BINARY or op in UNARY or op in COMPARE:
+        args = tuple(_float(a) for a in args)
+    elif op == "where":
+        c, a, b = args
+        if c.dtype != "bool":
+            c = make("ne", _float(c), const(0.0))
+        args = (c, _float(a), _float(b))
+    return make(op, *_bcast(*args))
+
+
+def add(a, b):
+    return elementwise("add", a, b)
+
+
+def sub(a, b):
+    return elementwise("sub", a, b)
+
+
+def mul(a, b):
+    return elementwise("mul", a, b)
+
+
+def div(a, b):
+    return elementwise("div", a, b)
+
+
+def neg(a):
+    return elementwise("neg", a)
+
+
+def where(c, a, b):
+    return elementwise("where", c, a, b)
+
+
+def power(x: Node, y: Node) -> Node:
+    """``x ** y``; a constant integer exponent |y| <= 16 becomes repeated multiplication."""
+    if is_const(y) and y.shape == () and float(y.attrs[0]).is_integer() and abs(y.attrs[0]) <= 16:
+        n = int(y.attrs[0])
+        if n == 0:
+            return broadcast_to(const(1.0), x.shape)
+        result, base, k = None, _float(x), abs(n)
+        while k:  # binary exponentiation: x**4 = (x*x)*(x*x)
+            if k & 1:
+                result = base if result is None else mul(result, base)
+            k >>= 1
+            if k:
+                base = mul(base, base)
+        return div(const(1.0), result) if n < 0 else result
+    if is_const(y, 0.5) and y.shape == ():
+        return elementwise("sqrt", x)
+    return elementwise("pow", x, y)
+
+
+def reduce(op: str, x: Node, axes: tuple[int, ...] | None = None) -> Node:
+    axes = tuple(range(x.ndim)) if axes is None else tuple(sorted(set(axes)))
+    if not axes:
+        return x
+    return make(op, _float(x), attrs=(axes,))
+
+
+def reshape(x: Node, shape: tuple[int, ...]) -> Node:
+    shape = tuple(shape)
+    return x if x.shape == shape else make("reshape", x, attrs=(shape,))
+
+
+def transpose(x: Node, perm: tuple[int, ...] | None = None) -> Node:
+    perm = tuple(reversed(range(x.ndim))) if perm is None else tuple(perm)
+    return x if perm == tuple(range(x.ndim)) else make("transpose", x, attrs=(perm,))
+
+
+def index(x: Node, items: tuple) -> Node:
+    return make("index", x, attrs=items) if items else x
+
+
+def matmul(a: Node, b: Node) -> Node:
+    """numpy's ``a @ b`` for 1-D and 2-D operands (vectors are reshaped to matrices)."""
+    if a.ndim == 0 or b.ndim == 0 or a.ndim > 2 or b.ndim > 2:
+        raise ValueError(f"matmul supports 1-D and 2-D operands, got {a.shape} @ {b.shape}")
+    a2 = reshape(_float(a), (1, a.shape[0])) if a.ndim == 1 else _float(a)
+    b2 = reshape(_float(b), (b.shape[0], 1)) if b.ndim == 1 else _float(b)
+    if a2.shape[1] != b2.shape[0]:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} are not aligned")
+    out = make("matmul", a2, b2)
+    shape = (a.shape[:1] if a.ndim == 2 else ()) + (b.shape[1:] if b.ndim == 2 else ())
+    return reshape(out, shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reference implementations (numpy), used by the interpreter.
+
+
+def _np_items(items: tuple) -> tuple:
+    return tuple(
+        slice(i[0], None if i[1] < 0 else i[1], i[2]) if isinstance(i, tuple) else i for i in items
+    )
+
+
+def _scatter_ref(attrs, acc, upd):
+    out = np.array(acc, dtype=np.float64, copy=True)
+    out[_np_items(attrs)] += upd
+    return out
+
+
+def _reduce_max_ref(attrs, x):
+    return np.max(x, axis=attrs[0])
+
+
+_REF_UNARY = {
+    "neg": np.negative, "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1,
+    "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "abs": np.abs,
+    "sign": np.sign, "not": np.logical_not,
+}  # fmt: skip
+_REF_BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
+    "maximum": np.maximum, "minimum": np.minimum, "lt": np.less, "le": np.less_equal,
+    "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
+    "and": np.logical_and, "or": np.logical_or,
+}  # fmt: skip
+
+
+def _ew_ref(fn):
+    return lambda attrs, *xs: fn(*xs)
+
+
+# ----------------------------------------------------------------------------------------------
+# VJP rules. Each takes (g, out, *args) and returns one cotangent (or None) per argument.
+# Cotangents of scalar operands of elementwise ops are summed by reverse mode (see autodiff).
+
+
+def _one_minus_sq(y):
+    return sub(const(1.0), mul(y, y))
+
+
+def _max_vjp(g, out, x, y, pick):
+    """Cotangents of maximum/minimum: to the selected side; ties split evenly (as JAX)."""
+    half = mul(g, const(0.5))
+    gx = where(elementwise(pick, x, y), g, where(elementwise("eq", x, y), half, const(0.0)))
+    gy = where(elementwise(pick, y, x), g, where(elementwise("eq", x, y), half, const(0.0)))
+    return gx, gy
+
+
+def _keepdims(shape, axes):
+    return tuple(1 if i in axes else d for i, d in enumerate(shape))
+
+
+def _reduce_sum_vjp(g, out, x):
+    (axes,) = out.attrs
+    return (broadcast_to(reshape(g, _keepdims(x.shape, axes)), x.shape),)
+
+
+def _reduce_max_vjp(g, out, x):
+    (axes,) = out.attrs
+    keep = _keepdims(x.shape, axes)
+    mask = elementwise("eq", x, broadcast_to(reshape(out, keep), x.shape))
+    count = reduce("reduce_sum", make("cast", mask, attrs=("f64",)), axes)
+    share = broadcast_to(reshape(div(g, count), keep), x.shape)
+    return (where(mask, share, const(0.0)),)
+
+
+def _broadcast_vjp(g, out, x):
+    lead = out.ndim - x.ndim
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, d in enumerate(x.shape) if d == 1 and out.shape[lead + i] != 1
+    )
+    return (reshape(reduce("reduce_sum", g, axes), x.shape),)
+
+
+def _pow_vjp(g, out, x, y):
+    gx = mul(g, mul(y, power(x, sub(y, const(1.0)) if not is_const(y) else const(y.attrs[0] - 1))))
+    gy = None if is_const(y) else mul(g, mul(elementwise("log", x), out))
+    return gx, gy
+
+
+_VJP = {
+    "neg":     lambda g, out, x: (neg(g),),
+    "exp":     lambda g, out, x: (mul(g, out),),
+    "log":     lambda g, out, x: (div(g, x),),
+    "log1p":   lambda g, out, x: (div(g, add(x, const(1.0))),),
+    "expm1":   lambda g, out, x: (mul(g, add(out, const(1.0))),),
+    "sqrt":    lambda g, out, x: (div(mul(g, const(0.5)), out),),
+    "sin":     lambda g, out, x: (mul(g, elementwise("cos", x)),),
+    "cos":     lambda g, out, x: (neg(mul(g, elementwise("sin", x))),),
+    "tanh":    lambda g, out, x: (mul(g, _one_minus_sq(out)),),
+    "abs":     lambda g, out, x: (mul(g, elementwise("sign", x)),),
+    "add":     lambda g, out, x, y: (g, g),
+    "sub":     lambda g, out, x, y: (g, neg(g)),
+    "mul":     lambda g, out, x, y: (mul(g, y), mul(g, x)),
+    "div":     lambda g, out, x, y: (div(g, y), neg(div(mul(g, out), y))),
+    "pow":     _pow_vjp,
+    "maximum": lambda g, out, x, y: _max_vjp(g, out, x, y, "gt"),
+    "minimum": lambda g, out, x, y: _max_vjp(g, out, x, y, "lt"),
+    "where":   lambda g, out, c, a, b: (None, where(c, g, const(0.0)), where(c, const(0.0), g)),
+    "reduce_sum": _reduce_sum_vjp,
+    "reduce_max": _reduce_max_vjp,
+    "broadcast_to": _broadcast_vjp,
+    "reshape":   lambda g, out, x: (reshape(g, x.shape),),
+    "transpose": lambda g, out, x: (transpose(g, tuple(np.argsort(out.attrs[0]).tolist())),),
+    "index":     lambda g, out, x: (Sparse(g, out.attrs),),
+    "scatter_add": lambda g, out, acc, upd: (g, index(g, out.attrs)),
+    "matmul":    lambda g, out, a, b: (matmul(g, transpose(b)), matmul(transpose(a), g)),
+}  # fmt: skip
+_NO_COTANGENT = lambda g, out, *args: (None,) * len(args)  # noqa: E731
+
+# ----------------------------------------------------------------------------------------------
+# The table
+
+for _n in UNARY:
+    _def(_n, "unary", 1, _arith, _ew_ref(_REF_UNARY[_n]), _VJP.get(_n))
+for _n in BINARY:
+    _def(_n, "binary", 2, _arith, _ew_ref(_REF_BINARY[_n]), _VJP[_n])
+for _n in COMPARE:
+    _def(_n, "compare", 2, _compare, _ew_ref(_REF_BINARY[_n]))
+for _n in ("and", "or"):
+    _def(_n, "logical", 2, _logical, _ew_ref(_REF_BINARY[_n]))
+_def("not", "logical", 1, _logical, _ew_ref(np.logical_not))
+_def("where", "select", 3, _where, _ew_ref(np.where), _VJP["where"])
+_def("cast", "cast", 1, _cast, lambda attrs, x: np.asarray(x).astype(ir.NUMPY_DTYPE[attrs[0]]))
+_def("reduce_sum", "reduce", 1, _reduce, lambda a, x: np.sum(x, axis=a[0]), _VJP["reduce_sum"])
+_def("reduce_max", "reduce", 1, _reduce, _reduce_max_ref, _VJP["reduce_max"])
+_def("broadcast_to", "shape", 1, _broadcast_to, lambda a, x: np.broadcast_to(x, a[0]), _VJP["broadcast_to"])  # fmt: skip
+_def("reshape", "shape", 1, _reshape, lambda a, x: np.reshape(x, a[0]), _VJP["reshape"])
+_def("transpose", "shape", 1, _transpose, lambda a, x: np.transpose(x, a[0]), _VJP["transpose"])
+_def("index", "index", 1, _index, lambda a, x: np.asarray(x)[_np_items(a)], _VJP["index"])
+_def("scatter_add", "index", 2, _scatter_add, _scatter_ref, _VJP["scatter_add"])
+_def("matmul", "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y), _VJP["matmul"])
+_def("input", "leaf", 0, _leaf, None)
+_def("const", "leaf", 0, _leaf, None)
+
+for _n in NONDIFFERENTIABLE:
+    OPS[_n] = OpDef(_n, OPS[_n].group, OPS[_n].arity, OPS[_n].type_rule, OPS[_n].ref, _NO_COTANGENT)
+
+assert set(OPS) == set(ELEMENTWISE + REDUCE + SHAPE + INDEX + LINALG + LEAF)
+
+
+def vjp_rule(op: str) -> Callable[..., tuple]:
+    """The VJP rule of ``op``; raises :class:`RuleError` naming the op if it has none."""
+    row = OPS.get(op)
+    if row is None or row.vjp is None:
+        raise RuleError(f"op {op!r} has no VJP rule")
+    return row.vjp

@@ -1,0 +1,542 @@
+"""Tracing: run ``f`` on tracers and record the ops it performs as a :class:`~tapejit.ir.Graph`.
+
+A :class:`Tracer` carries an IR node and the *concrete value* that node takes on the example
+input (computed with the op's numpy reference as tracing goes). Python operators, numpy ufuncs
+(``__array_ufunc__``) and numpy functions (``__array_function__``) on tracers build IR nodes, so
+ordinary numpy code — including Python loops over elements — traces unchanged.
+
+Captured numpy arrays (closed over by ``f`` or created inside it) become *const* inputs of the
+graph: they are **snapshotted** (copied) when ``f`` is traced, i.e. at compile time, and passed to
+native code by pointer. Mutating such an array after compiling does not change the compiled
+gradient; compile again to pick up new values. Scalars (Python and numpy numbers, 0-d and size-1
+arrays) become IR constants.
+
+Python control flow on a traced value (``if x[0] > 0:``, ``float(x)``, ``int(x)``) cannot be
+recorded yet: it raises :class:`TracingError` naming the user's file and line and pointing to
+:func:`tapejit.where`, so a branch is never frozen silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import ir, ops
+from .ir import Graph, Node, Type
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class TracingError(Exception):
+    """``f`` did something that cannot be traced; the message names the user's file and line."""
+
+
+def _user_site() -> str:
+    """``file:line in function`` of the innermost frame outside tapejit (the user's code)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        inside = path.startswith(_PKG_DIR + os.sep) or "numpy" + os.sep in path
+        if not inside and not frame.f_code.co_filename.startswith("<frozen"):
+            return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}()"
+        frame = frame.f_back
+    return "<unknown location>"
+
+
+def _fail(msg: str) -> TracingError:
+    return TracingError(f"{_user_site()}: {msg}")
+
+
+class _Trace:
+    """State of one tracing run: the captured constants and the concrete values of nodes."""
+
+    def __init__(self):
+        self.consts: dict[int, tuple[np.ndarray, Node]] = {}
+        self.inputs: list[Node] = []
+        self.kinds: list[str] = []
+        self.bindings: dict[int, np.ndarray] = {}
+        self.names: set[str] = set()
+
+    def add_input(self, t: Type, kind: str, name: str, binding=None) -> Node:
+        base, k = name, 1
+        while name in self.names:
+            name, k = f"{base}_{k}", k + 1
+        self.names.add(name)
+        node = Node("input", (), (len(self.inputs), name), t)
+        if binding is not None:
+            self.bindings[len(self.inputs)] = binding
+        self.inputs.append(node)
+        self.kinds.append(kind)
+        return node
+
+    def capture(self, arr: np.ndarray) -> Node:
+        """The const input for captured array ``arr`` (one per array object, snapshotted)."""
+        hit = self.consts.get(id(arr))
+        if hit is not None and hit[0] is arr:
+            return hit[1]
+        snap = _as_const_array(arr)
+        dtype = "bool" if snap.dtype == np.bool_ else "f64"
+        node = self.add_input(Type(snap.shape, dtype), "const", f"c{len(self.consts)}", snap)
+        self.consts[id(arr)] = (arr, node)  # keeps arr alive so its id is not reused
+        return node
+
+
+def _as_const_array(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype == np.bool_:
+        return np.array(arr, dtype=np.bool_, order="C", copy=True)
+    if arr.dtype.kind in "iu":
+        out = np.array(arr, dtype=np.float64, order="C", copy=True)
+        if np.any(np.abs(out) > 2**53):
+            raise _fail("captured integer array has values too large for float64")
+        return out
+    if arr.dtype.kind == "f":
+        return np.array(arr, dtype=np.float64, order="C", copy=True)
+    raise _fail(f"captured array of dtype {arr.dtype} is not supported (float64, int or bool)")
+
+
+_current: list[_Trace] = []
+
+
+class Tracer:
+    """A traced value: an IR ``node`` and its concrete ``value`` on the example input."""
+
+    __slots__ = ("node", "value")
+    __array_priority__ = 1000
+
+    def __init__(self, node: Node, value: np.ndarray):
+        self.node = node
+        self.value = value
+
+    # -- numpy-like attributes --------------------------------------------------------------
+    shape = property(lambda self: self.node.shape)
+    ndim = property(lambda self: self.node.type.ndim)
+    size = property(lambda self: self.node.type.size)
+    dtype = property(lambda self: np.dtype(ir.NUMPY_DTYPE[self.node.dtype]))
+    T = property(lambda self: _transpose(self))
+
+    def __repr__(self) -> str:
+        return f"Tracer({self.node.type}, value={self.value!r})"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a traced scalar")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise TypeError("iteration over a traced scalar")
+        return (self[i] for i in range(self.shape[0]))
+
+    # -- operators --------------------------------------------------------------------------
+    def __add__(self, o): return _binary("add", self, o)
+    def __radd__(self, o): return _binary("add", o, self)
+    def __sub__(self, o): return _binary("sub", self, o)
+    def __rsub__(self, o): return _binary("sub", o, self)
+    def __mul__(self, o): return _binary("mul", self, o)
+    def __rmul__(self, o): return _binary("mul", o, self)
+    def __truediv__(self, o): return _binary("div", self, o)
+    def __rtruediv__(self, o): return _binary("div", o, self)
+    def __pow__(self, o): return _power(self, o)
+    def __rpow__(self, o): return _power(o, self)
+    def __matmul__(self, o): return _matmul(self, o)
+    def __rmatmul__(self, o): return _matmul(o, self)
+    def __neg__(self): return _unary("neg", self)
+    def __pos__(self): return self
+    def __abs__(self): return _unary("abs", self)
+    def __lt__(self, o): return _binary("lt", self, o)
+    def __le__(self, o): return _binary("le", self, o)
+    def __gt__(self, o): return _binary("gt", self, o)
+    def __ge__(self, o): return _binary("ge", self, o)
+    def __eq__(self, o): return _binary("eq", self, o)  # type: ignore[override]
+    def __ne__(self, o): return _binary("ne", self, o)  # type: ignore[override]
+    def __and__(self, o): return _binary("and", self, o)
+    def __rand__(self, o): return _binary("and", o, self)
+    def __or__(self, o): return _binary("or", self, o)
+    def __ror__(self, o): return _binary("or", o, self)
+    def __invert__(self): return _unary("not", self)
+    def __getitem__(self, key): return _getitem(self, key)
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- Python control flow on traced values -------------------------------------------------
+    def _control_flow(self, what: str):
+        raise _fail(
+            f"{what} of a traced value: Python control flow on traced values is not supported "
+            "(the compiled gradient would silently follow one branch). Use tapejit.where(cond, a, b) "
+            "for a branch-free select."
+        )
+
+    def __bool__(self): self._control_flow("bool()")
+    def __float__(self): self._control_flow("float() (also called by math.* functions: use np.*)")
+    def __int__(self): self._control_flow("int()")
+    def __index__(self): self._control_flow("using as an index")
+    def __complex__(self): self._control_flow("complex()")
+
+    def __array__(self, dtype=None, copy=None):
+        raise _fail(
+            "a traced value was converted to a numpy array (np.asarray / np.array or a numpy "
+            "function tapejit does not support); keep traced values as tapejit tracers"
+        )
+
+    # -- methods ----------------------------------------------------------------------------
+    def sum(self, axis=None, keepdims=False): return _reduce("reduce_sum", self, axis, keepdims)
+    def max(self, axis=None, keepdims=False): return _reduce("reduce_max", self, axis, keepdims)
+    def min(self, axis=None, keepdims=False): return -_reduce("reduce_max", -self, axis, keepdims)
+    def mean(self, axis=None, keepdims=False): return _mean(self, axis, keepdims)
+    def dot(self, o): return _matmul(self, o)
+    def reshape(self, *shape): return _reshape(self, shape[0] if len(shape) == 1 else shape)
+    def ravel(self): return _reshape(self, (-1,))
+    flatten = ravel
+    def transpose(self, *axes): return _transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
+    def astype(self, dtype): return _astype(self, dtype)
+    def item(self): self._control_flow("item()")
+    def tolist(self): self._control_flow("tolist()")
+
+    # -- numpy protocols --------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        name = ufunc.__name__
+        if method != "__call__":
+            raise _fail(f"numpy.{name}.{method} is not supported by tapejit")
+        if kwargs.get("out") is not None or kwargs.get("where", True) is not True:
+            raise _fail(f"numpy.{name} with out= or where= is not supported by tapejit")
+        fn = _UFUNCS.get(name)
+        if fn is None:
+            raise _fail(f"numpy.{name} is not supported by tapejit")
+        return fn(*inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        fn = _FUNCTIONS.get(func)
+        if fn is None:
+            raise _fail(f"numpy.{func.__name__} is not supported by tapejit")
+        return fn(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Lifting operands and building traced ops
+
+
+def _state() -> _Trace:
+    if not _current:
+        raise TracingError("tapejit tracer used outside of tracing")
+    return _current[-1]
+
+
+def lift(x: Any) -> Tracer:
+    """``x`` as a tracer: tracers pass through; scalars become constants; arrays are captured."""
+    if isinstance(x, Tracer):
+        return x
+    if isinstance(x, (bool, np.bool_)):
+        return Tracer(ops.const(bool(x), dtype="bool"), np.bool_(x))
+    if isinstance(x, (int, float, np.integer, np.floating)):
+        return Tracer(ops.const(float(x)), np.float64(x))
+    if isinstance(x, np.ndarray):
+        if x.ndim == 0:
+            return lift(x[()])
+        node = _state().capture(x)
+        return Tracer(node, _state().bindings[node.attrs[0]])
+    if isinstance(x, (list, tuple)):
+        return lift(np.asarray(x))
+    raise _fail(f"cannot use a value of type {type(x).__name__} in a traced computation")
+
+
+# Concrete values by node id, for nodes built through ops.* builders that the tracer did not
+# emit itself (e.g. broadcast_to inserted by a builder). Cleared at the end of each trace.
+_values: dict[int, Any] = {}
+
+
+def _wrap(node: Node) -> Tracer:
+    """Tracer for a node built by an ops builder, evaluating any intermediate nodes it made."""
+    if id(node) not in _values:
+        for n in ir.toposort([node]):
+            if id(n) not in _values:
+                if n.op == "const":
+                    _values[id(n)] = np.full(n.shape, n.attrs[0], dtype=ir.NUMPY_DTYPE[n.dtype])
+                elif n.op == "input":
+                    raise TracingError(f"internal: value of input {n.attrs} missing")
+                else:
+                    with np.errstate(all="ignore"):
+                        _values[id(n)] = ops.OPS[n.op].ref(
+                            n.attrs, *(_values[id(a)] for a in n.args)
+                        )
+    return Tracer(node, _values[id(node)])
+
+
+def _build(fn: Callable[..., Node], *xs: Any, **kw) -> Tracer:
+    ts = [lift(x) for x in xs]
+    for t in ts:
+        _values.setdefault(id(t.node), t.value)
+    try:
+        node = fn(*(t.node for t in ts), **kw)
+    except (ValueError, TypeError, IndexError) as e:
+        raise _fail(str(e)) from None
+    return _wrap(node)
+
+
+def _unary(op, x):
+    return _build(lambda a: ops.elementwise(op, a), x)
+
+
+def _binary(op, x, y):
+    return _build(lambda a, b: ops.elementwise(op, a, b), x, y)
+
+
+def _power(x, y):
+    return _build(ops.power, x, y)
+
+
+def _matmul(x, y):
+    return _build(ops.matmul, x, y)
+
+
+def _where(c, a, b):
+    return _build(ops.where, c, a, b)
+
+
+def _axes(x: Tracer, axis) -> tuple[int, ...] | None:
+    if axis is None:
+        return None
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    nd = lift(x).ndim
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -nd <= a < nd:
+            raise _fail(f"axis {a} is out of bounds for an array of dimension {nd}")
+        out.append(a % nd)
+    return tuple(out)
+
+
+def _reduce(op, x, axis=None, keepdims=False):
+    x = lift(x)
+    axes = _axes(x, axis)
+    r = _build(lambda a: ops.reduce(op, a, axes), x)
+    if keepdims:
+        full = tuple(range(x.ndim)) if axes is None else axes
+        r = _reshape(r, tuple(1 if i in full else d for i, d in enumerate(x.shape)))
+    return r
+
+
+def _mean(x, axis=None, keepdims=False):
+    x = lift(x)
+    axes = _axes(x, axis)
+    count = x.size if axes is None else int(np.prod([x.shape[a] for a in axes]))
+    return _reduce("reduce_sum", x, axis, keepdims) / float(count)
+
+
+def _reshape(x, shape):
+    x = lift(x)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    try:
+        shape = np.empty(x.shape, dtype=np.bool_).reshape(shape).shape
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    return _build(lambda a: ops.reshape(a, shape), x)
+
+
+def _transpose(x, axes=None):
+    x = lift(x)
+    perm = None if axes is None else tuple(int(a) % x.ndim for a in axes)
+    return _build(lambda a: ops.transpose(a, perm), x)
+
+
+def _astype(x, dtype):
+    dt = np.dtype(dtype)
+    if dt == np.float64:
+        return _build(lambda a: ops._float(a), x)
+    if dt == np.bool_:
+        return _binary("ne", x, 0.0)
+    raise _fail(f"astype({dt}) is not supported; traced values are float64 or bool")
+
+
+def _normalise_key(key, shape) -> tuple:
+    """numpy basic indexing -> tuple of ints and (start, stop, step) triples, or raise."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if any(k is Ellipsis for k in key):
+        i = key.index(Ellipsis)
+        fill = len(shape) - (len(key) - 1)
+        key = key[:i] + (slice(None),) * fill + key[i + 1 :]
+    if len(key) > len(shape):
+        raise _fail(f"too many indices ({len(key)}) for an array of shape {shape}")
+    items = []
+    for k, d in zip(key, shape):
+        if isinstance(k, Tracer):
+            raise _fail(
+                "indexing with a traced value (data-dependent index) is not supported; "
+                "indices must be Python ints or slices"
+            )
+        if isinstance(k, slice):
+            items.append(k.indices(d))
+        elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            k = int(k)
+            if not -d <= k < d:
+                raise _fail(f"index {k} is out of bounds for axis of size {d}")
+            items.append(k % d)
+        elif k is None:
+            raise _fail("np.newaxis / None in an index is not supported; use reshape")
+        else:
+            raise _fail(
+                f"index of type {type(k).__name__} is not supported "
+                "(only ints, slices and tuples of them: basic indexing)"
+            )
+    while items and isinstance(items[-1], tuple) and items[-1] == (0, shape[len(items) - 1], 1):
+        items.pop()  # trailing full slices are the identity
+    return tuple(items)
+
+
+def _getitem(x: Tracer, key) -> Tracer:
+    items = _normalise_key(key, x.shape)
+    return _build(lambda a: ops.index(a, items), x)
+
+
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+    _no_out(out, "sum")
+    return _reduce("reduce_sum", a, axis, keepdims)
+
+
+def _max(a, axis=None, out=None, keepdims=False, **kw):
+    _no_out(out, "max")
+    return _reduce("reduce_max", a, axis, keepdims)
+
+
+def _min(a, axis=None, out=None, keepdims=False, **kw):
+    _no_out(out, "min")
+    return -_reduce("reduce_max", -lift(a), axis, keepdims)
+
+
+def _no_out(out, name):
+    if out is not None:
+        raise _fail(f"numpy.{name} with out= is not supported by tapejit")
+
+
+def _norm(x, ord=None, axis=None, keepdims=False):
+    if ord not in (None, 2, "fro") or (axis is not None and ord == "fro"):
+        raise _fail(f"numpy.linalg.norm with ord={ord!r} is not supported (only the 2-norm)")
+    return np.sqrt(_reduce("reduce_sum", lift(x) * lift(x), axis, keepdims))
+
+
+def _logaddexp(a, b):
+    a, b = lift(a), lift(b)
+    m = _binary("maximum", a, b)
+    return m + np.log1p(np.exp(-abs(a - b)))
+
+
+def _clip(a, a_min=None, a_max=None, out=None, **kw):
+    _no_out(out, "clip")
+    r = lift(a)
+    if a_min is not None:
+        r = _binary("maximum", r, a_min)
+    if a_max is not None:
+        r = _binary("minimum", r, a_max)
+    return r
+
+
+_UFUNCS: dict[str, Callable[..., Tracer]] = {
+    **{n: functools.partial(_unary, op) for n, op in [
+        ("negative", "neg"), ("exp", "exp"), ("log", "log"), ("log1p", "log1p"),
+        ("expm1", "expm1"), ("sqrt", "sqrt"), ("sin", "sin"), ("cos", "cos"), ("tanh", "tanh"),
+        ("absolute", "abs"), ("fabs", "abs"), ("sign", "sign"), ("logical_not", "not")]},
+    **{n: functools.partial(_binary, op) for n, op in [
+        ("add", "add"), ("subtract", "sub"), ("multiply", "mul"), ("divide", "div"),
+        ("true_divide", "div"), ("maximum", "maximum"), ("minimum", "minimum"),
+        ("less", "lt"), ("less_equal", "le"), ("greater", "gt"), ("greater_equal", "ge"),
+        ("equal", "eq"), ("not_equal", "ne"), ("logical_and", "and"), ("logical_or", "or")]},
+    "power": _power,
+    "float_power": _power,
+    "matmul": _matmul,
+    "positive": lift,
+    "square": lambda x: _binary("mul", x, x),
+    "reciprocal": lambda x: _binary("div", 1.0, x),
+    "logaddexp": _logaddexp,
+}  # fmt: skip
+
+_FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
+    np.sum: _sum,
+    np.max: _max,
+    np.amax: _max,
+    np.min: _min,
+    np.amin: _min,
+    np.mean: lambda a, axis=None, dtype=None, out=None, keepdims=False: _mean(a, axis, keepdims),
+    np.dot: _matmul,
+    np.reshape: lambda a, shape=None, **kw: _reshape(a, shape if shape is not None else kw["newshape"]),
+    np.transpose: lambda a, axes=None: _transpose(a, axes),
+    np.where: lambda c, x=None, y=None: _where(c, x, y) if x is not None and y is not None else
+        (_ for _ in ()).throw(_fail("numpy.where with one argument (indices) is not supported")),
+    np.ravel: lambda a, order="C": _reshape(a, (-1,)),
+    np.shape: lambda a: lift(a).shape,
+    np.ndim: lambda a: lift(a).ndim,
+    np.size: lambda a, axis=None: lift(a).size if axis is None else lift(a).shape[axis],
+    np.linalg.norm: _norm,
+    np.clip: _clip,
+}  # fmt: skip
+
+
+def where(cond, a, b):
+    """Branch-free select: ``a`` where ``cond`` is true, else ``b`` (numpy broadcasting).
+
+    Both branches are evaluated; the cotangent flows only into the selected one. Use this
+    instead of Python ``if`` on traced values. Outside tracing it is ``numpy.where``.
+    """
+    if not any(isinstance(v, Tracer) for v in (cond, a, b)):
+        return np.where(cond, a, b)
+    return _where(cond, a, b)
+
+
+# ----------------------------------------------------------------------------------------------
+# Entry point
+
+
+def _input_type(value: Any, position: int) -> tuple[Type, np.ndarray]:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating, np.ndarray)
+    ):
+        raise TypeError(
+            f"argument {position}: expected a float64 array or a real number, "
+            f"got {type(value).__name__}"
+        )
+    arr = np.asarray(value)
+    if not np.can_cast(arr.dtype, np.float64, "safe") or arr.dtype == np.bool_:
+        raise TypeError(f"argument {position}: expected float64 values, got dtype {arr.dtype}")
+    return Type(arr.shape, "f64"), np.array(arr, dtype=np.float64)
+
+
+def trace(f: Callable, args: Sequence[Any], argnums: Sequence[int]) -> Graph:
+    """Trace ``f(*args)`` into a graph whose inputs are ``args`` (active where in ``argnums``)
+    followed by the arrays ``f`` captured (const inputs, snapshotted now).
+
+    ``f`` must return a scalar (shape ``()``) float. Raises :class:`TracingError` for anything
+    that cannot be traced, naming the user's file and line.
+    """
+    name = getattr(f, "__name__", "f")
+    if name == "<lambda>":
+        name = "lambda"
+    st = _Trace()
+    tracers = []
+    for i, a in enumerate(args):
+        t, value = _input_type(a, i)
+        kind = "active" if i in argnums else "inactive"
+        node = st.add_input(t, kind, f"x{i}" if len(args) > 1 else "x")
+        tracers.append(Tracer(node, value if t.shape else value[()]))
+    _current.append(st)
+    saved = dict(_values)
+    _values.clear()
+    for t in tracers:
+        _values[id(t.node)] = t.value
+    try:
+        result = f(*tracers)
+        out = lift(result) if not isinstance(result, Tracer) else result
+    finally:
+        _current.pop()
+        _values.clear()
+        _values.update(saved)
+    if out.shape != () or out.node.dtype != "f64":
+        raise TracingError(
+            f"{name} must return a scalar float (a loss), got {out.node.type}; "
+            "reduce it with .sum() or index it first"
+        )
+    return ir.verify(
+        Graph(name, tuple(st.inputs), tuple(st.kinds), (out.node,), st.bindings, ("value",))
+    )
