@@ -34,7 +34,7 @@ def call(builder: ir.IRBuilder, op: str, args: list[ir.Value]) -> ir.Value:
     kind, name = MATH[op]
     module = builder.module
     if kind == "intrinsic":
-        fn = module.declare_intrinsic(name, [F64])
+        fn = module.declare_intrinsic(name, [F64], ir.FunctionType(F64, [F64] * len(args)))
     else:
         fn = module.globals.get(name)
         if fn is None:

@@ -76,12 +76,25 @@ class GradientFunction:
             raise TypeError(f"compile() needs a callable, got {type(f).__name__}")
         if not example_args:
             raise TypeError("compile() needs at least one example argument to specialise on")
-        self.fn = f
-        self.argnums = _normalise_argnums(argnums, len(example_args))
-        self._tuple_result = not isinstance(argnums, int)
-        timings: dict[str, float] = {}
+        nums = _normalise_argnums(argnums, len(example_args))
         t0 = time.perf_counter()
-        trace = tracing.trace(f, example_args, self.argnums)
+        trace = tracing.trace(f, example_args, nums)
+        self._build(trace, f, tuple_result=not isinstance(argnums, int), t_trace=time.perf_counter() - t0)
+
+    @classmethod
+    def from_graph(cls, trace: Graph, tuple_result: bool = True) -> "GradientFunction":
+        """Compile a forward graph built directly with :mod:`tapejit.ops` (its active inputs are
+        differentiated). Used by tests that sweep the op table."""
+        self = cls.__new__(cls)
+        self._build(trace, None, tuple_result=tuple_result, t_trace=0.0)
+        return self
+
+    def _build(self, trace: Graph, f: Callable | None, tuple_result: bool, t_trace: float) -> None:
+        runtime_kinds = [k for k in trace.kinds if k != "const"]
+        self.fn = f
+        self.argnums = tuple(i for i, k in enumerate(runtime_kinds) if k == "active")
+        self._tuple_result = tuple_result
+        timings: dict[str, float] = {}
         t1 = time.perf_counter()
         joint = autodiff.vjp_graph(trace)
         t2 = time.perf_counter()
@@ -93,7 +106,7 @@ class GradientFunction:
         self._llvm = str(module)
         t4 = time.perf_counter()
         self._lib = CodeLibrary(module)
-        timings.update(trace=t1 - t0, autodiff=t2 - t1, passes=t3 - t2, lower=t4 - t3)
+        timings.update(trace=t_trace, autodiff=t2 - t1, passes=t3 - t2, lower=t4 - t3)
         timings.update(self._lib.timings)
         self._stages: dict[str, Graph | Program] = {
             "trace": trace,

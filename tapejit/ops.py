@@ -162,7 +162,10 @@ def index_shape(shape: tuple[int, ...], items: tuple) -> tuple[int, ...]:
     out = []
     for item, d in zip(items, shape):
         if isinstance(item, tuple):
-            out.append(len(range(*item)))
+            r = range(*item)
+            if len(r) and not (0 <= r[0] < d and 0 <= r[-1] < d):
+                raise IndexError(f"slice {item} out of bounds for axis of size {d}")
+            out.append(len(r))
         elif not 0 <= item < d:
             raise IndexError(f"index {item} out of bounds for axis of size {d}")
     return tuple(out) + tuple(shape[len(items) :])
