@@ -16,9 +16,24 @@ Scalars live in registers and get no slot.
 
 from __future__ import annotations
 
-from ..ir import Graph, Program, Slot
+from ..ir import Graph, Node, Program, Slot
 
 ALIGN = 64
+
+
+def _owned_root(n: Node, slots: dict, users: dict, outputs: set) -> Node | None:
+    """The workspace node whose buffer ``n`` lives in, if every value on the way (``n``, its
+    alias chain and the root) has exactly one user and is not an output; else ``None``.
+    Such a buffer can be updated in place: nothing else will read it."""
+    while True:
+        s = slots.get(id(n))
+        if s is None or len(users.get(id(n), ())) != 1 or id(n) in outputs:
+            return None
+        if s.kind == "ws":
+            return n
+        if s.kind != "alias":
+            return None
+        n = s.of
 
 
 def plan(g: Graph) -> Program:
@@ -36,18 +51,21 @@ def plan(g: Graph) -> Program:
         if n.op == "reshape" and n.args[0].shape != ():
             slots[id(n)] = Slot("alias", of=n.args[0])
             continue
-        if n.op == "scatter_add":
-            acc = n.args[0]
-            s = slots.get(id(acc))
-            if s is not None and s.kind == "ws" and len(users[id(acc)]) == 1 and id(acc) not in outputs:
-                slots[id(n)] = Slot("alias", of=acc)
-                continue
+        if n.op == "scatter_add" and _owned_root(n.args[0], slots, users, outputs) is not None:
+            slots[id(n)] = Slot("alias", of=n.args[0])
+            continue
         slots[id(n)] = Slot("ws")
     copies = []
     for k, o in enumerate(g.outputs):
         s = slots.get(id(o))
         if s is not None and s.kind == "ws":
             slots[id(o)] = Slot("out", k)
+            continue
+        root = None
+        if s is not None and s.kind == "alias" and o.op == "scatter_add":
+            root = _owned_root(s.of, slots, users, outputs)
+        if root is not None:
+            slots[id(root)] = Slot("out", k)  # the in-place chain computes straight into out
         elif o.shape != ():
             copies.append((k, o))
     offset = 0

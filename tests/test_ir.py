@@ -1,0 +1,88 @@
+"""The IR contract: immutability, hash-consing (free CSE), printer and verifier."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tapejit import ops, tracing
+from tapejit.ir import Graph, Node, Type, VerifyError, format_graph, toposort, verify
+
+
+def _x(shape=(4,)):
+    return Node("input", (), (0, "x"), Type(shape, "f64"))
+
+
+def test_nodes_are_hash_consed():
+    x = _x()
+    a = ops.mul(ops.elementwise("exp", x), x)
+    b = ops.mul(ops.elementwise("exp", x), x)
+    assert a is b
+    assert ops.const(0.0) is ops.const(0.0)
+
+
+def test_signed_zero_constants_stay_distinct():
+    assert ops.const(0.0) is not ops.const(-0.0)
+
+
+def test_nodes_are_immutable():
+    n = ops.const(1.0)
+    with pytest.raises(AttributeError):
+        n.op = "add"  # type: ignore[misc]
+
+
+def test_type_rules_reject_bad_operands():
+    x, y = _x((3,)), Node("input", (), (1, "y"), Type((4,), "f64"))
+    with pytest.raises(ValueError, match="broadcast"):
+        ops.add(x, y)
+    with pytest.raises(ValueError, match="matmul"):
+        ops.make("matmul", ops.reshape(x, (1, 3)), ops.reshape(y, (1, 4)))
+    with pytest.raises(ops.RuleError, match="frobnicate"):
+        ops.make("frobnicate", x)
+
+
+def test_cse_through_tracing():
+    """Writing the same subexpression twice in f yields one node."""
+
+    def f(x):
+        return np.sum(np.exp(x) * np.exp(x))
+
+    g = tracing.trace(f, [np.ones(5)], [0])
+    assert sum(n.op == "exp" for n in g.nodes) == 1
+
+
+def test_toposort_orders_args_first():
+    x = _x()
+    y = ops.add(ops.elementwise("sin", x), ops.elementwise("cos", x))
+    order = toposort([y])
+    pos = {id(n): i for i, n in enumerate(order)}
+    for n in order:
+        for a in n.args:
+            assert pos[id(a)] < pos[id(n)]
+
+
+def test_printer_round_trip_shape():
+    g = tracing.trace(lambda x: np.sum(x * 2.0), [np.ones(3)], [0])
+    text = format_graph(g)
+    assert text.splitlines()[0] == "graph lambda(%x: f64[3] active) -> (f64[])"
+    assert "reduce_sum" in text and text.splitlines()[-1].strip().startswith("return")
+
+
+def test_verifier_catches_undeclared_input_and_bad_type():
+    x = _x()
+    y = ops.elementwise("exp", x)
+    with pytest.raises(VerifyError, match="not declared"):
+        verify(Graph("g", (), (), (ops.reduce("reduce_sum", y),)))
+    bad = Node("exp", (x,), (), Type((5,), "f64"))  # wrong shape for its operand
+    with pytest.raises(VerifyError, match="type"):
+        verify(Graph("g", (x,), ("active",), (bad,)))
+    with pytest.raises(VerifyError, match="binding"):
+        verify(Graph("g", (x,), ("const",), (y,)))
+
+
+def test_type_validation():
+    with pytest.raises(ValueError):
+        Type((3,), "f32")
+    with pytest.raises(ValueError):
+        Type((-1,), "f64")
+    assert Type((2, 3)).nbytes == 48 and str(Type(())) == "f64[]"

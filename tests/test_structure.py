@@ -1,0 +1,95 @@
+"""Architecture checks: dependency direction, no heap allocation in generated code, engine lifetime."""
+
+from __future__ import annotations
+
+import ast
+import gc
+import re
+from pathlib import Path
+
+import numpy as np
+
+import tapejit as tj
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative import: resolve against the file's package
+                pkg = list(path.relative_to(ROOT).parent.parts)
+                pkg = pkg[: len(pkg) - (node.level - 1)]
+                base = ".".join(pkg + ([node.module] if node.module else []))
+                names.add(base)
+                names.update(f"{base}.{a.name}" for a in node.names if not node.module)
+            else:
+                names.add(node.module or "")
+    return names
+
+
+def test_codegen_sees_only_ir_and_ops():
+    for path in (ROOT / "codegen").glob("*.py"):
+        for name in _imports(path):
+            if name.startswith("tapejit"):
+                assert name in ("tapejit.ir", "tapejit.ops", "tapejit"), f"{path.name} imports {name}"
+
+
+def test_front_end_binds_codegen_only_in_api_and_cli():
+    allowed = {"api.py", "cli.py"}
+    for path in (ROOT / "tapejit").rglob("*.py"):
+        uses = [n for n in _imports(path) if n.startswith("codegen") or n.startswith("llvmlite")]
+        if path.name not in allowed:
+            assert not uses, f"{path.relative_to(ROOT)} imports {uses}"
+
+
+def test_ir_imports_no_rules():
+    assert not {n for n in _imports(ROOT / "tapejit" / "ir.py") if n.startswith("tapejit")}
+
+
+ALLOC = re.compile(r"\b(call|jmp)\w*\s+.*\b(malloc|calloc|realloc|free|posix_memalign|aligned_alloc)\b")
+
+
+def _models():
+    c = np.ones(1000)
+
+    def eam(x):
+        rho = np.sum(np.exp(-3.0 * (x + 1.0)))
+        return rho**2 + rho**3 + 0.25 * rho**4
+
+    def loop(x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + np.tanh(x[i]) * c[i]
+        return s
+
+    def mlp(w):
+        h = np.tanh(w.reshape(4, 5) @ np.linspace(0, 1, 5))
+        return np.mean(h * h) + np.max(w) + np.log1p(np.abs(w)).sum()
+
+    return [(eam, np.random.rand(100)), (loop, np.random.rand(20)), (mlp, np.random.rand(20))]
+
+
+def test_generated_code_never_allocates():
+    for f, x in _models():
+        grad = tj.compile(f, x)
+        asm = grad.ir("asm")
+        assert "ret" in asm
+        hits = [line for line in asm.splitlines() if ALLOC.search(line)]
+        assert not hits, f"{f.__name__}: heap allocation in generated code: {hits}"
+        assert not re.search(r"\b(malloc|calloc|realloc|free)\b", grad.ir("llvm-opt"))
+
+
+def test_gradient_function_keeps_its_engine_alive():
+    def f(x):
+        return np.sum(np.sin(x) ** 2)
+
+    x = np.linspace(0, 1, 50)
+    grads = [tj.compile(f, x) for _ in range(3)]
+    del grads[:2]
+    gc.collect()
+    np.testing.assert_allclose(grads[0](x), 2 * np.sin(x) * np.cos(x), rtol=1e-13)
