@@ -124,7 +124,9 @@ class GradientFunction:
         self._const_ptrs = tuple(_ffi.from_buffer(c) for c in self._consts)
         self._native = _entry.bind(self._lib.address(symbol), len(g.inputs), len(g.outputs))
         self._tls = _Workspace(prog.workspace_bytes)
-        self._cache: list[tuple[Any, Any]] = [(None, None)] * len(self._shapes)
+        # The last fully validated call with out=: (args, outs, pointers). A repeat call with the
+        # same objects re-checks only what can change in place (shape, dtype, layout, writeable).
+        self._last: tuple[tuple, tuple, list] | None = None
         self.stats: dict[str, Any] = {
             "nodes": {"trace": len(trace.nodes), "grad": len(joint.nodes), "opt": len(opt.nodes)},
             "passes": pass_stats,
@@ -154,9 +156,6 @@ class GradientFunction:
     def _arg_pointer(self, i: int, a: Any):
         shape = self._shapes[i]
         if type(a) is np.ndarray:
-            last, ptr = self._cache[i]
-            if a is last:
-                return ptr
             if a.dtype != _F64:
                 if a.dtype == np.bool_ or not np.can_cast(a.dtype, _F64, "safe"):
                     raise TypeError(
@@ -174,9 +173,7 @@ class GradientFunction:
                 raise ValueError(
                     f"{self.name}: argument {i} must be C-contiguous; pass np.ascontiguousarray(x)"
                 )
-            ptr = _ffi.from_buffer(a, require_writable=False)
-            self._cache[i] = (a, ptr)
-            return ptr
+            return _ffi.from_buffer(a, require_writable=False)
         if isinstance(a, (float, int, np.floating, np.integer)) and not isinstance(a, (bool, np.bool_)):
             if shape != ():
                 raise ValueError(
@@ -206,32 +203,37 @@ class GradientFunction:
                 raise ValueError(f"{what} overlaps an argument; pass a separate output array")
         return _ffi.from_buffer(o, require_writable=True)
 
-    def _call(self, args: tuple, out: Any) -> tuple[float, Any]:
-        if len(args) != len(self._shapes):
-            raise TypeError(
-                f"{self.name}: the compiled gradient takes {len(self._shapes)} argument(s), "
-                f"got {len(args)}"
-            )
-        ptrs = [self._arg_pointer(i, a) for i, a in enumerate(args)]
-        if out is None:
-            outs = tuple(np.empty(s) for s in self._grad_shapes)
-        else:
-            outs = out if self._tuple_result else (out,)
-            if not isinstance(outs, tuple) or len(outs) != len(self._grad_shapes):
-                raise TypeError(
-                    f"{self.name}: out must be a tuple of {len(self._grad_shapes)} arrays "
-                    "(one per entry of argnums)"
-                )
-            if len(outs) > 1 and any(
-                np.may_share_memory(outs[i], outs[j])
-                for i in range(len(outs))
-                for j in range(i)
-                if type(outs[i]) is np.ndarray and type(outs[j]) is np.ndarray
+    def _repeat(self, args: tuple, outs: tuple) -> list | None:
+        """Pointers of the last call if ``args``/``outs`` are the same, still-valid objects."""
+        last = self._last
+        if last is None or len(args) != len(last[0]) or len(outs) != len(last[1]):
+            return None
+        for a, b, shape in zip(args, last[0], self._shapes):
+            if a is not b:
+                return None
+            if type(a) is np.ndarray and not (
+                a.shape == shape and a.dtype == _F64 and a.flags.c_contiguous
             ):
-                raise ValueError(f"{self.name}: the arrays in out overlap each other")
-        out_ptrs = [self._out_pointer(k, o, args) for k, o in enumerate(outs)]
+                return None
+        for o, b, shape in zip(outs, last[1], self._grad_shapes):
+            if o is not b or not (o.shape == shape and o.dtype == _F64 and o.flags.writeable):
+                return None
+            if not o.flags.c_contiguous:
+                return None
+        return last[2]
+
+    def _call(self, args: tuple, out: Any) -> tuple[float, Any]:
+        if out is not None:
+            outs = out if self._tuple_result else (out,)
+            ptrs = self._repeat(args, outs) if type(outs) is tuple else None
+            if ptrs is None:
+                ptrs = self._validate(args, outs)
+                self._last = (args, outs, ptrs)
+        else:
+            outs = tuple(np.empty(s) for s in self._grad_shapes)
+            ptrs = self._validate(args, outs)
         tls = self._tls
-        status = self._native(*ptrs, *self._const_ptrs, tls.value_ptr, *out_ptrs, tls.ws_ptr)
+        status = self._native(*ptrs[0], *self._const_ptrs, tls.value_ptr, *ptrs[1], tls.ws_ptr)
         if status != 0:
             raise RuntimeError(f"{self.name}: native gradient returned status {status}")
         value = float(tls.value)
@@ -239,6 +241,26 @@ class GradientFunction:
             return value, out
         result = tuple(float(o) if o.shape == () else o for o in outs)
         return value, (result if self._tuple_result else result[0])
+
+    def _validate(self, args: tuple, outs: Any) -> list:
+        """Check every argument and output array; returns [input pointers, output pointers]."""
+        if len(args) != len(self._shapes):
+            raise TypeError(
+                f"{self.name}: the compiled gradient takes {len(self._shapes)} argument(s), "
+                f"got {len(args)}"
+            )
+        ptrs = [self._arg_pointer(i, a) for i, a in enumerate(args)]
+        if not isinstance(outs, tuple) or len(outs) != len(self._grad_shapes):
+            raise TypeError(
+                f"{self.name}: out must be a tuple of {len(self._grad_shapes)} arrays "
+                "(one per entry of argnums)"
+            )
+        out_ptrs = [self._out_pointer(k, o, args) for k, o in enumerate(outs)]
+        for i in range(len(outs)):
+            for j in range(i):
+                if np.may_share_memory(outs[i], outs[j]):
+                    raise ValueError(f"{self.name}: the arrays in out overlap each other")
+        return [ptrs, out_ptrs]
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
         """The gradient of ``f`` at ``args`` (see the class docstring)."""
