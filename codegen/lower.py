@@ -117,6 +117,13 @@ class Lowering:
         raw = self.b.gep(self.fn.args[-1], [I64(s.index)], inbounds=True)
         return self.b.bitcast(raw, ELEM[n.dtype].as_pointer())
 
+    def physical(self, n: Node):
+        """The slot of the buffer ``n`` lives in (aliases resolved)."""
+        s = self.prog.slots.get(id(n))
+        while s is not None and s.kind == "alias":
+            s = self.prog.slots.get(id(s.of))
+        return s
+
     def _load_elem(self, p, idx, dtype):
         v = self.b.load(self.b.gep(p, [idx], inbounds=True))
         return self.b.trunc(v, I1) if dtype == "bool" else v
@@ -200,11 +207,13 @@ class Lowering:
 
     # -- driver -------------------------------------------------------------------------------
     def run(self) -> ir.Module:
-        for n in self.prog.steps:
-            rule = LOWER.get(ops.OPS[n.op].group)
-            if rule is None:
-                raise NotImplementedError(f"codegen has no lowering for op {n.op!r}")
-            rule(self, n)
+        for k in self.prog.kernels:
+            for n in k.pre:
+                self.node(n)
+            if k.body:
+                _lower_loop(self, k)
+            if k.op is not None:
+                self.node(k.op)
         g = self.prog.graph
         for k, o in enumerate(g.outputs):
             dst = self.fn.args[self.n_in + k]
@@ -214,6 +223,13 @@ class Lowering:
             self.copy_into(self.fn.args[self.n_in + k], o)
         self.b.ret(I32(0))
         return self.module
+
+    def node(self, n: Node) -> None:
+        """Lower one node by its group's rule (straight-line code or its own loop nest)."""
+        rule = LOWER.get(ops.OPS[n.op].group)
+        if rule is None:
+            raise NotImplementedError(f"codegen has no lowering for op {n.op!r}")
+        rule(self, n)
 
     def _as_f64(self, n: Node) -> ir.Value:
         v = self.load(n, I64(0))
@@ -294,8 +310,7 @@ def _lower_index(L: Lowering, n: Node) -> None:
     if n.op == "index":
         return _lower_shape(L, n)
     acc, upd = n.args
-    slot = L.prog.slots[id(n)]
-    if not (slot.kind == "alias" and slot.of is acc):
+    if L.physical(n) != L.physical(acc):  # not in place: start from a copy of acc
         L.copy_into(L.ptr(n), acc)
     offset, strides = ops.index_affine(acc.shape, n.attrs)
     b = L.b
@@ -316,6 +331,60 @@ def _lower_matmul(L: Lowering, n: Node) -> None:
             y = L.load(bm, L.affine([l, j], 0, (cols, 1)))
             b.store(b.fadd(b.load(acc), b.fmul(x, y), flags=("reassoc", "contract")), acc)
         L.define(n, L.affine([i, j], 0, (cols, 1)), b.load(acc))
+
+
+def _lower_loop(L: Lowering, k) -> None:
+    """One fused loop over ``k.space``: every body node per iteration, operands read from memory
+    loaded first (so an in-place store never clobbers a value still to be read), body values in
+    registers, stored only when they have a slot; full reductions accumulate with ``reassoc``."""
+    b = L.b
+    body_ids = {id(n) for n in k.body}
+    gathers = [n for n in k.body if n.op in ("index", "transpose", "broadcast_to") and n.args[0].shape != ()]
+    accs = {}
+    for n in k.body:
+        if n.op in ops.REDUCE:
+            accs[id(n)] = L.accumulator(0.0 if n.op == "reduce_sum" else -math.inf)
+    with (L.nest(k.space) if gathers else L.loop(math.prod(k.space))) as idx:
+        if gathers:
+            i = L.flat(idx, k.space) if idx else I64(0)
+        else:
+            i, idx = idx, None
+        vals: dict[int, ir.Value] = {}
+        for n in k.body:  # loads of operands in memory come first
+            if n in gathers or n.op in ("broadcast_to", "reshape"):
+                continue
+            for a in n.args:
+                if a.shape != () and id(a) not in body_ids and id(a) not in vals and a.op != "const":
+                    vals[id(a)] = L.load(a, i)
+
+        def val(a: Node) -> ir.Value:
+            v = vals.get(id(a))
+            return v if v is not None else L.load(a, None if a.shape == () else i)
+
+        for n in k.body:
+            if n.op == "const":
+                v = L.load(n, None)
+            elif n.op in ("broadcast_to", "reshape") and n.args[0].shape == ():
+                v = val(n.args[0])
+            elif n in gathers:
+                offset, strides = gather_affine(n)
+                v = L.load(n.args[0], L.affine(idx, offset, strides))
+            elif id(n) in accs:
+                acc = accs[id(n)]
+                x = val(n.args[0])
+                if n.op == "reduce_sum":
+                    b.store(b.fadd(b.load(acc), x, flags=("reassoc",)), acc)
+                else:
+                    b.store(mathlib.call(b, "maximum", [b.load(acc), x]), acc)
+                continue
+            else:
+                v = EMIT[n.op](b, n, *(val(a) for a in n.args))
+            vals[id(n)] = v
+            if id(n) in L.prog.slots:
+                L.store_to(L.ptr(n), i, v, n.dtype)
+    for n in k.body:
+        if id(n) in accs:
+            L.regs[id(n)] = b.load(accs[id(n)])
 
 
 LOWER: dict[str, Callable[[Lowering, Node], None]] = {

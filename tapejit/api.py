@@ -131,6 +131,10 @@ class GradientFunction:
             "nodes": {"trace": len(trace.nodes), "grad": len(joint.nodes), "opt": len(opt.nodes)},
             "passes": pass_stats,
             "workspace_bytes": prog.workspace_bytes,
+            "kernels": prog.stats["kernels"],
+            "work": prog.stats["work"],
+            "buffers": prog.stats["buffers"],
+            "recomputed": prog.stats["recomputed"],
             "constants_bytes": sum(c.nbytes for c in self._consts),
             "timings": timings,
         }

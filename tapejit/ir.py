@@ -289,18 +289,43 @@ class Slot:
 
 
 @dataclass(frozen=True)
+class Kernel:
+    """One step of a program: straight-line code, then at most one loop.
+
+    ``pre``: nodes computed once, in order, before the loop — scalars (in registers) and *point*
+    ops that touch O(1) elements of an array in memory (``x[i]``, ``acc[i] += u``).
+    ``space``: the shape the loop iterates over, or ``None``. ``body``: the nodes computed per
+    iteration of one fused loop, in order — elementwise ops, gathers from arrays in memory
+    (``index``/``transpose``/``broadcast_to``) and full reductions into scalars; a body node with
+    a slot is stored at the iteration's element, the others stay in registers.
+    ``op``: instead of a fused body, one node with a loop nest of its own (``matmul``, a partial
+    reduction, a scatter of an array).
+    """
+
+    pre: tuple[Node, ...] = ()
+    space: tuple[int, ...] | None = None
+    body: tuple[Node, ...] = ()
+    op: Node | None = None
+
+    @property
+    def is_loop(self) -> bool:
+        return bool(self.body) or self.op is not None
+
+
+@dataclass(frozen=True)
 class Program:
     """A graph with a schedule and a memory plan.
 
-    ``steps`` is the execution order (every non-input node once). ``slots`` maps ``id(node)`` to
-    a :class:`Slot` for every array-valued node (scalars live in registers and have no slot).
-    ``copies`` lists ``(output index, node)`` pairs that must be copied into the caller's output
-    array at the end (when an output is also an input, or the same node is two outputs).
-    ``workspace_bytes`` is the compile-time size of the one workspace.
+    ``kernels`` is the execution order (see :class:`Kernel`). ``slots`` maps ``id(node)`` to a
+    :class:`Slot` for every array value that lives in memory; values without a slot live in
+    registers (scalars, and array values used only inside the loop that computes them).
+    ``copies`` lists ``(output index, node)`` pairs copied into the caller's output array at the
+    end (an output that is an input, or a node returned twice). ``workspace_bytes`` is the
+    compile-time size of the one workspace.
     """
 
     graph: Graph
-    steps: tuple[Node, ...]
+    kernels: tuple[Kernel, ...]
     slots: dict[int, Slot]
     copies: tuple[tuple[int, Node], ...]
     workspace_bytes: int
@@ -309,18 +334,35 @@ class Program:
     def __str__(self) -> str:
         names: dict[int, str] = {}
         text = format_graph(self.graph, names)
-        lines = [f"program {self.graph.name}: workspace {self.workspace_bytes} bytes"]
-        for n in self.steps:
+        lines = [f"program {self.graph.name}: {sum(k.is_loop for k in self.kernels)} loop kernels,"
+                 f" workspace {self.workspace_bytes} bytes"]
+
+        def where(n: Node) -> str:
             s = self.slots.get(id(n))
-            where = "register"
-            if s is not None:
-                where = {
-                    "arg": f"arg[{s.index}]",
-                    "out": f"out[{s.index}]",
-                    "ws": f"ws+{s.index}",
-                    "alias": f"alias of {names.get(id(s.of), '?')}",
-                }[s.kind]
-            lines.append(f"  {names[id(n)]:>6} {n.op:<12} {str(n.type):<16} -> {where}")
+            if s is None:
+                return ""
+            return " -> " + {
+                "arg": f"arg[{s.index}]",
+                "out": f"out[{s.index}]",
+                "ws": f"ws+{s.index}",
+                "alias": f"alias of {names.get(id(s.of), '?')}",
+            }[s.kind]
+
+        for j, k in enumerate(self.kernels):
+            lines.append(f"  kernel {j}:")
+            for n in k.pre:
+                lines.append(f"    {names[id(n)]} = {n.op} {str(n.type)}{where(n)}")
+            if k.body:
+                shape = ",".join(map(str, k.space))
+                lines.append(f"    loop [{shape}]:")
+                for n in k.body:
+                    lines.append(f"      {names[id(n)]} = {n.op} {str(n.type)}{where(n)}")
+            if k.op is not None:
+                lines.append(f"    {names[id(k.op)]} = {k.op.op} {str(k.op.type)}{where(k.op)} (own loop nest)")
         for i, n in self.copies:
             lines.append(f"  copy {names[id(n)]} -> out[{i}]")
+        for n in self.graph.nodes:
+            s = self.slots.get(id(n))
+            if s is not None and s.kind == "alias":
+                lines.append(f"  {names[id(n)]} = {n.op} {n.type}{where(n)}")
         return text + "\n" + "\n".join(lines)

@@ -1,30 +1,47 @@
-"""Optimisation passes over the joint graph, and the pipeline that runs them.
+"""Optimisation passes over the joint forward+backward graph, and the pipeline that runs them.
 
-Each pass is a pure function ``Graph -> (Graph, stats)`` that never mutates its input; the last
-stage, :func:`memplan.plan`, turns the optimised graph into a :class:`~tapejit.ir.Program`.
-CSE needs no pass of its own yet: nodes are hash-consed, so equal subexpressions are one node.
+Each pass is a pure function ``Graph -> (Graph, stats)`` that never mutates its input (nodes are
+immutable; a pass rebuilds). :data:`PIPELINE` lists them in order; :func:`optimise` runs it and
+verifies the graph after every pass. The last stage, :func:`plan` (:mod:`.memplan`, on top of
+:mod:`.fusion`), turns the optimised graph into a :class:`~tapejit.ir.Program`: loop kernels,
+schedule, liveness and the memory plan.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Callable
 
 from ..ir import Graph, verify
+from . import cleanup, fusion, memplan, simplify
 from .memplan import plan
 
-#: The pass pipeline, in order: (name, Graph -> (Graph, stats)).
-PIPELINE: list[tuple[str, Callable[[Graph], tuple[Graph, dict]]]] = []
+#: The pass pipeline, in order: (name, Graph -> (Graph, stats)). Simplify runs again after CSE,
+#: since merged nodes can expose new identities (``x - x``).
+PIPELINE: list[tuple[str, Callable[[Graph], tuple[Graph, dict]]]] = [
+    ("simplify", simplify.simplify),
+    ("cse", cleanup.cse),
+    ("simplify-2", simplify.simplify),
+    ("dce", cleanup.dce),
+]
 
 
-def optimise(g: Graph) -> tuple[Graph, dict]:
-    """Run :data:`PIPELINE` on ``g``; returns the optimised graph and per-pass statistics."""
+def optimise(g: Graph, pipeline=None) -> tuple[Graph, dict]:
+    """Run ``pipeline`` (default :data:`PIPELINE`) on ``g``; returns the optimised graph and
+    per-pass statistics: node counts before and after, seconds, and the pass's own figures."""
     stats: dict[str, dict] = {}
-    for name, fn in PIPELINE:
+    for name, fn in PIPELINE if pipeline is None else pipeline:
         before = len(g.nodes)
+        t0 = time.perf_counter()
         g, s = fn(g)
         verify(g)
-        stats[name] = {"nodes_before": before, "nodes_after": len(g.nodes), **s}
+        stats[name] = {
+            "nodes_before": before,
+            "nodes_after": len(g.nodes),
+            "seconds": time.perf_counter() - t0,
+            **s,
+        }
     return g, stats
 
 
-__all__ = ["PIPELINE", "optimise", "plan"]
+__all__ = ["PIPELINE", "optimise", "plan", "cleanup", "fusion", "memplan", "simplify"]

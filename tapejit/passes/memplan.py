@@ -1,77 +1,237 @@
 """Schedule and memory plan: ``Graph -> Program``.
 
-The schedule is the graph's topological order. Every array value gets a :class:`~tapejit.ir.Slot`:
+:func:`plan` fuses the graph into kernels (:mod:`.fusion`), then gives every value that must live
+in memory a :class:`~tapejit.ir.Slot`:
 
-* inputs read the caller's arrays in place (``arg``);
-* ``reshape`` of an array is free: it *aliases* its operand (all buffers are C-contiguous);
-* ``scatter_add`` updates its accumulator *in place* when the accumulator dies there (its only
-  user, not an output, and in the workspace) — this keeps the reverse of an element loop O(n);
-* an output that would otherwise take a workspace buffer is computed straight into the caller's
-  output array (``out``); other outputs are copied at the end;
-* everything else takes its own 64-byte-aligned buffer in the one workspace, whose size is a
-  compile-time constant. (Liveness-based reuse of workspace buffers is a later pass.)
+* inputs are read in place (``arg``); ``reshape`` of an array aliases its operand;
+* *liveness*: each kernel step has a time (each straight-line node its own, a whole fused loop
+  one); a buffer is live from the step that writes it to the last step that reads it (through
+  aliases too), outputs to the end;
+* *in-place reuse*: a fused loop writes a value into the buffer of an operand it reads at the
+  same element when that operand dies in this loop and no gather in the loop reads it (every
+  iteration loads its operands before it stores); a scatter-add updates its accumulator in place
+  when the accumulator dies there. Values sharing a buffer form one *buffer class*;
+* a buffer class holding an output lives in the caller's output array (``out``): gradients are
+  written straight there. Outputs that are inputs, or returned twice, are copied at the end;
+* every other class gets an offset in the one workspace by linear scan over the schedule
+  (a freed block is reused by a later class that fits, best fit first). Offsets are 64-byte
+  aligned and the total is a compile-time constant; generated code never allocates.
 
-Scalars live in registers and get no slot.
+``Program.stats`` has ``kernels`` (loops, including end copies and non-in-place scatter copies),
+``workspace_bytes`` and ``work``: the plan's operation count per call — for each kernel, trip
+count x nodes per iteration, plus one per straight-line node (a matmul counts m*n*k, a copy its
+size). It counts IR work, so asymptotic claims are testable without timing.
 """
 
 from __future__ import annotations
 
+import math
+
 from ..ir import Graph, Node, Program, Slot
+from .fusion import Schedule, alias_root, classify, fuse
 
 ALIGN = 64
+END = math.inf
 
 
-def _owned_root(n: Node, slots: dict, users: dict, outputs: set) -> Node | None:
-    """The workspace node whose buffer ``n`` lives in, if every value on the way (``n``, its
-    alias chain and the root) has exactly one user and is not an output; else ``None``.
-    Such a buffer can be updated in place: nothing else will read it."""
-    while True:
-        s = slots.get(id(n))
-        if s is None or len(users.get(id(n), ())) != 1 or id(n) in outputs:
-            return None
-        if s.kind == "ws":
-            return n
-        if s.kind != "alias":
-            return None
-        n = s.of
+class _Classes:
+    """Union-find over node ids: values that share one buffer."""
+
+    def __init__(self):
+        self.parent: dict[int, int] = {}
+
+    def find(self, i: int) -> int:
+        self.parent.setdefault(i, i)
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, a: int, b: int) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def _times(sched: Schedule) -> tuple[dict[int, float], list[tuple[float, Node, str]]]:
+    """Definition time of every scheduled node, and (time, node, stage) for every computation."""
+    t = 0
+    define: dict[int, float] = {}
+    steps: list[tuple[float, Node, str]] = []
+    for k in sched.kernels:
+        for n in k.pre:
+            t += 1
+            define.setdefault(id(n), t)
+            steps.append((t, n, "pre"))
+        if k.body:
+            t += 1
+            for n in k.body:
+                define.setdefault(id(n), t)
+                steps.append((t, n, "body"))
+        if k.op is not None:
+            t += 1
+            define[id(k.op)] = t
+            steps.append((t, k.op, "op"))
+    return define, steps
 
 
 def plan(g: Graph) -> Program:
-    """Schedule ``g`` and assign every array value a slot; see the module docstring."""
-    steps = tuple(n for n in g.nodes if n.op != "input")
-    users = g.users()
-    outputs = {id(o) for o in g.outputs}
+    """Fuse, schedule and memory-plan ``g``; see the module docstring."""
+    sched = fuse(g)
+    nodes = g.nodes
+    byid = {id(n): n for n in nodes}
+    mat = sched.materialised
+    define, steps = _times(sched)
+
+    # Liveness: last read of each materialised value (reads through aliases read the root).
+    last: dict[int, float] = {}
+    bodies: dict[float, list[Node]] = {}
+    for t, n, stage in steps:
+        if stage == "body":
+            bodies.setdefault(t, []).append(n)
+        for a in n.args:
+            r = id(alias_root(a))
+            if r in mat:
+                last[r] = max(last.get(r, 0), t)
+    outputs = {id(alias_root(o)) for o in g.outputs if o.shape != ()}
+    for r in outputs:
+        last[r] = END
+
+    # In-place reuse.
+    classes = _Classes()
+    claimed: set[int] = set()
+    for t, n, stage in steps:
+        if n.op == "scatter_add" and id(n) in mat:
+            acc, upd = n.args
+            r = id(alias_root(acc))
+            if _dies_at(r, t, last, mat, outputs, claimed) and id(alias_root(upd)) != r:
+                classes.union(id(n), r)
+                claimed.add(r)
+        elif stage == "body" and id(n) in mat and define[id(n)] == t:
+            gathered = {
+                id(alias_root(x.args[0])) for x in bodies[t] if classify(x) == "gather"
+            }
+            for a in n.args:
+                r = id(alias_root(a))
+                if (
+                    a.shape == n.shape
+                    and byid[r].dtype == n.dtype
+                    and r not in gathered
+                    and _dies_at(r, t, last, mat, outputs, claimed)
+                    and not any(id(x) == r for x in bodies[t])
+                ):
+                    classes.union(id(n), r)
+                    claimed.add(r)
+                    break
+
+    # Buffer classes: extent, size, output.
+    members: dict[int, list[int]] = {}
+    for i in sorted(mat, key=lambda i: define.get(i, 0)):
+        members.setdefault(classes.find(i), []).append(i)
     slots: dict[int, Slot] = {}
-    for i, n in enumerate(g.inputs):
+    for i, (n, k) in enumerate(zip(g.inputs, g.kinds)):
         if n.shape != ():
             slots[id(n)] = Slot("arg", i)
-    for n in steps:
-        if n.shape == ():
-            continue
-        if n.op == "reshape" and n.args[0].shape != ():
-            slots[id(n)] = Slot("alias", of=n.args[0])
-            continue
-        if n.op == "scatter_add" and _owned_root(n.args[0], slots, users, outputs) is not None:
-            slots[id(n)] = Slot("alias", of=n.args[0])
-            continue
-        slots[id(n)] = Slot("ws")
-    copies = []
+    copies: list[tuple[int, Node]] = []
+    out_of: dict[int, int] = {}
     for k, o in enumerate(g.outputs):
-        s = slots.get(id(o))
-        if s is not None and s.kind == "ws":
-            slots[id(o)] = Slot("out", k)
+        if o.shape == ():
             continue
-        root = None
-        if s is not None and s.kind == "alias" and o.op == "scatter_add":
-            root = _owned_root(s.of, slots, users, outputs)
-        if root is not None:
-            slots[id(root)] = Slot("out", k)  # the in-place chain computes straight into out
-        elif o.shape != ():
+        r = id(alias_root(o))
+        c = classes.find(r) if r in mat else None
+        if c is None or c in out_of:
             copies.append((k, o))
-    offset = 0
-    for n in steps:
-        s = slots.get(id(n))
-        if s is not None and s.kind == "ws":
-            slots[id(n)] = Slot("ws", offset)
-            offset += -(-n.type.nbytes // ALIGN) * ALIGN
-    return Program(g, steps, slots, tuple(copies), offset, {"workspace_bytes": offset})
+        else:
+            out_of[c] = k
+    offset_of, workspace = _linear_scan(members, out_of, define, last, byid)
+    for c, ids in members.items():
+        slot = Slot("out", out_of[c]) if c in out_of else Slot("ws", offset_of[c])
+        for i in ids:
+            slots[i] = slot
+    for n in nodes:
+        if classify(n) == "alias":
+            slots[id(n)] = Slot("alias", of=n.args[0])
+
+    prog = Program(g, sched.kernels, slots, tuple(copies), workspace, {})
+    prog.stats.update(
+        kernels=sched.stats["kernels"] + len(copies) + _scatter_copies(prog),
+        recomputed=sched.stats["recomputed"],
+        workspace_bytes=workspace,
+        buffers=len(members),
+        work=work(prog),
+    )
+    return prog
+
+
+def _dies_at(r: int, t: float, last, mat, outputs, claimed) -> bool:
+    return r in mat and r not in outputs and r not in claimed and last.get(r) == t
+
+
+def _size(ids: list[int], byid) -> int:
+    return max(byid[i].type.nbytes for i in ids)
+
+
+def _round(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _linear_scan(members, out_of, define, last, byid) -> tuple[dict[int, int], int]:
+    """Workspace offset of every buffer class not in an output, and the workspace size (see the
+    module docstring)."""
+    todo = sorted(
+        (c for c in members if c not in out_of),
+        key=lambda c: min(define.get(i, 0) for i in members[c]),
+    )
+    offsets: dict[int, int] = {}
+    blocks: list[list] = []  # [offset, size, end time]
+    top = 0
+    for c in todo:
+        start = min(define.get(i, 0) for i in members[c])
+        end = max(last.get(i, start) for i in members[c])
+        need = _round(_size(members[c], byid))
+        free = [b for b in blocks if b[2] < start and b[1] >= need]
+        if free:
+            b = min(free, key=lambda b: b[1])
+            b[2] = end
+        else:
+            b = [top, need, end]
+            blocks.append(b)
+            top += need
+        offsets[c] = b[0]
+    return offsets, top
+
+
+def _scatter_copies(prog: Program) -> int:
+    """Scatter-adds that cannot update in place copy their accumulator first (a loop each)."""
+    count = 0
+    for k in prog.kernels:
+        for n in (*k.pre, *([k.op] if k.op is not None else [])):
+            if n.op == "scatter_add" and not _in_place(prog, n):
+                count += 1
+    return count
+
+
+def _in_place(prog: Program, n: Node) -> bool:
+    a = prog.slots.get(id(n))
+    b = prog.slots.get(id(alias_root(n.args[0])))
+    return a is not None and a == b
+
+
+def work(prog: Program) -> int:
+    """The plan's operation count per call (see the module docstring)."""
+    total = 0
+    for k in prog.kernels:
+        for n in k.pre:
+            total += 1
+            if n.op == "scatter_add" and not _in_place(prog, n):
+                total += n.type.size
+        if k.body:
+            total += math.prod(k.space) * len(k.body)
+        if k.op is not None:
+            n = k.op
+            if n.op == "matmul":
+                total += n.args[0].shape[0] * n.args[1].shape[1] * n.args[0].shape[1]
+            elif n.op == "scatter_add":
+                total += n.args[1].type.size + (0 if _in_place(prog, n) else n.type.size)
+            else:
+                total += n.args[0].type.size
+    total += sum(n.type.size for _, n in prog.copies)
+    return total

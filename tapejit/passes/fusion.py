@@ -1,0 +1,238 @@
+"""Loop fusion and adjoint fusion: group the nodes of a graph into loop kernels.
+
+The joint forward+backward graph is scheduled as one sequence of :class:`~tapejit.ir.Kernel`\\ s
+(straight-line code, then at most one loop). There is no separate "backward pass": a backward
+elementwise op lands in the earliest loop over its iteration space whose inputs are ready, which
+is often a forward loop — that is *adjoint fusion*, and it falls out of the same rule as ordinary
+loop fusion.
+
+Placement (greedy, in topological order, each node as early as its operands allow):
+
+* a scalar, or a *point* op touching O(1) elements (``x[i]``, ``acc[i] += u``), goes into the
+  straight-line code before the loop of the first kernel where its operands are ready;
+* an elementwise op, a gather (``index``/``transpose``/``broadcast_to``) or a full reduction goes
+  into the first loop over its iteration space at or after the kernel where its operands are
+  ready. An operand computed in the same loop is read in the same iteration, so the chain needs
+  no temporary; a reduction's result, or a gathered operand, is ready only after its loop;
+* other ops (``matmul``, partial reductions, scatters of arrays) get a loop nest of their own;
+* ``reshape`` of an array computes nothing: it aliases its operand.
+
+Reuse or recompute: a value computed in one loop and read elementwise by a later loop is either
+kept in memory (a store, later a load, a buffer) or recomputed in the later loop. The cost rule:
+recompute when the summed :data:`OP_COST` of the nodes to recompute is at most
+:data:`RECOMPUTE_BUDGET` (the cost of the store and the reload, in units of an add). So
+``x + 1`` is recomputed and ``exp(...)`` is reused — for any op, not as a special case. The costs
+are rough reciprocal-throughput ratios of a vectorised loop on x86-64 (Agner Fog's instruction
+tables for add/mul/div/sqrt; a polynomial exp/log is ~15-25 such ops).
+
+A value must live in memory (be *materialised*) when it is an output, is read by a gather, a point
+op, an own-loop op or a reshape, or is read by a loop other than its own and not recomputed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ops
+from ..ir import Graph, Kernel, Node
+
+#: Cost of one element of an op, in units of a vector add (see the module docstring).
+OP_COST: dict[str, int] = {
+    **{op: 20 for op in ("exp", "log", "log1p", "expm1", "sin", "cos", "tanh", "pow")},
+    "div": 4,
+    "sqrt": 4,
+}
+#: Recompute a value in a later loop when its recomputation costs at most this much.
+RECOMPUTE_BUDGET = 2
+
+_EW_GROUPS = ("unary", "binary", "compare", "logical", "select", "cast")
+
+
+def op_cost(n: Node) -> int:
+    return 0 if n.op == "const" else OP_COST.get(n.op, 1)
+
+
+def classify(n: Node) -> str:
+    """How ``n`` is scheduled: ``leaf``, ``scalar``, ``point``, ``body``, ``gather``,
+    ``reduce``, ``alias`` or ``op`` (see the module docstring)."""
+    if n.op in ("input", "const"):
+        return "leaf"
+    group = ops.OPS[n.op].group
+    if group in _EW_GROUPS:
+        return "scalar" if n.shape == () else "body"
+    if n.op == "reshape":
+        x = n.args[0]
+        if x.shape == ():
+            return "body"  # a scalar viewed as a 1-element array
+        return "point" if n.shape == () else "alias"
+    if n.op == "broadcast_to":
+        return "body" if n.args[0].shape == () else "gather"
+    if n.op in ("index", "transpose"):
+        return "point" if n.shape == () else "gather"
+    if group == "reduce":
+        return "reduce" if n.shape == () else "op"
+    if n.op == "scatter_add":
+        return "point" if n.args[1].shape == () else "op"
+    return "op"
+
+
+def space_of(n: Node, cls: str) -> tuple[int, ...]:
+    return n.args[0].shape if cls == "reduce" else n.shape
+
+
+def reads_elementwise(user_cls: str) -> bool:
+    """Whether a node of this class reads its array operands at its own loop index."""
+    return user_cls in ("body", "reduce")
+
+
+def alias_root(n: Node) -> Node:
+    while n.op == "reshape" and classify(n) == "alias":
+        n = n.args[0]
+    return n
+
+
+@dataclass
+class _Kernel:
+    pre: list[Node] = field(default_factory=list)
+    space: tuple[int, ...] | None = None
+    body: list[Node] = field(default_factory=list)
+    op: Node | None = None
+
+
+@dataclass
+class Schedule:
+    """The result of fusion: kernels, where each node is computed, and what must be in memory."""
+
+    graph: Graph
+    kernels: tuple[Kernel, ...]
+    home: dict[int, tuple[int, str]]  # id(node) -> (kernel index, "pre" | "body" | "op")
+    materialised: set[int]  # ids of (non-input) nodes that must live in memory
+    stats: dict
+
+
+def _must_materialise(g: Graph, cls: dict[int, str]) -> set[int]:
+    must: set[int] = set()
+    for o in g.outputs:
+        if o.shape != ():
+            must.add(id(alias_root(o)))
+    for n in g.nodes:
+        c = cls[id(n)]
+        if c in ("leaf", "scalar", "body", "reduce"):
+            continue
+        for a in n.args:
+            if a.shape != ():
+                must.add(id(alias_root(a)))
+    return must
+
+
+def fuse(g: Graph) -> Schedule:
+    """Place every node of ``g`` in a kernel; see the module docstring."""
+    nodes = g.nodes
+    order = {id(n): i for i, n in enumerate(nodes)}
+    cls = {id(n): classify(n) for n in nodes}
+    must = _must_materialise(g, cls)
+    kernels: list[_Kernel] = []
+    home: dict[int, tuple[int, str]] = {}
+
+    def avail(a: Node, elementwise: bool) -> int:
+        """First kernel index at which a user may read ``a``."""
+        a = alias_root(a)
+        if id(a) not in home:
+            return 0  # an input or an immediate constant
+        k, stage = home[id(a)]
+        if stage == "pre":
+            return k
+        if stage == "body" and elementwise and cls[id(a)] in ("body", "gather"):
+            return k
+        return k + 1
+
+    def kernel(k: int) -> _Kernel:
+        while len(kernels) <= k:
+            kernels.append(_Kernel())
+        return kernels[k]
+
+    for n in nodes:
+        c = cls[id(n)]
+        if c == "alias" or (c == "leaf" and not (n.op == "const" and id(n) in must)):
+            continue
+        if c == "leaf":
+            c = cls[id(n)] = "body"  # a constant fill that must be in memory: a store loop
+        ew = reads_elementwise(c)
+        ready = max((avail(a, ew and a.shape != ()) for a in n.args), default=0)
+        if c in ("scalar", "point"):
+            kernel(ready).pre.append(n)
+            home[id(n)] = (ready, "pre")
+            continue
+        if c == "op":
+            k = ready
+            while k < len(kernels) and (kernels[k].op is not None or kernels[k].body):
+                k += 1
+            kernel(k).op = n
+            home[id(n)] = (k, "op")
+            continue
+        space = space_of(n, c)
+        k = ready
+        while k < len(kernels) and (
+            kernels[k].op is not None or kernels[k].space not in (None, space)
+        ):
+            k += 1
+        kern = kernel(k)
+        kern.space = space
+        kern.body.append(n)
+        home[id(n)] = (k, "body")
+
+    # Reuse or recompute (see the module docstring), then what must live in memory.
+    members = [set(map(id, k.body)) for k in kernels]
+    recomputed = 0
+    for k, kern in enumerate(kernels):
+        for n in list(kern.body):
+            if not reads_elementwise(cls[id(n)]):
+                continue
+            for a in n.args:
+                if a.shape == () or id(a) in members[k] or cls[id(a)] not in ("body", "gather"):
+                    continue
+                clone = _recompute_set(a, home, must, cls)
+                if clone is not None:
+                    for c in clone:
+                        if id(c) not in members[k]:
+                            members[k].add(id(c))
+                            kern.body.append(c)
+                            recomputed += 1
+        kern.body.sort(key=lambda x: order[id(x)])
+    materialised = set(must)
+    for k, kern in enumerate(kernels):
+        for n in kern.body:
+            for a in n.args:
+                if a.shape != () and id(a) not in members[k] and cls[id(a)] != "leaf":
+                    materialised.add(id(alias_root(a)))
+    materialised = {i for i in materialised if cls.get(i) != "leaf" or i in home}
+    frozen = tuple(Kernel(tuple(k.pre), k.space if k.body else None, tuple(k.body), k.op) for k in kernels)
+    stats = {"kernels": sum(k.is_loop for k in frozen), "recomputed": recomputed}
+    return Schedule(g, frozen, home, materialised, stats)
+
+
+def _recompute_set(a: Node, home, must, cls) -> list[Node] | None:
+    """The nodes to recompute ``a`` in a later loop if that is within budget, else ``None``."""
+    k0 = home[id(a)][0]
+    todo, seen, out, cost = [a], set(), [], 0
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if (
+            n.shape == ()
+            or home.get(id(n)) != (k0, "body")
+            or cls[id(n)] not in ("body", "gather")
+            or (id(n) in must and n is not a)
+        ):
+            continue  # available to the later loop as it is: a scalar, input or value in memory
+        if id(n) in must:
+            return None
+        cost += op_cost(n)
+        if cost > RECOMPUTE_BUDGET:
+            return None
+        out.append(n)
+        if cls[id(n)] == "body":
+            todo.extend(x for x in n.args if x.shape != ())
+    return out

@@ -1,0 +1,295 @@
+"""Algebraic simplification, constant folding and strength reduction: ``Graph -> Graph``.
+
+Every rule is one row of :data:`RULES`: ``(name, ops it matches, rewrite, note)``. A rewrite
+takes a node whose arguments are already simplified and returns an equal node or ``None``. The
+notes say where a rule is not bit-exact under IEEE 754; all others are exact. Rules in the
+spirit of LLVM's InstCombine and XLA's algebraic simplifier, restricted to what keeps float64
+results within rounding of the original:
+
+* ``x + 0`` and ``0 - x`` may change the sign of a zero result (``-0.0 + 0.0`` is ``+0.0``);
+* ``x - x -> 0`` assumes ``x`` is finite (``inf - inf`` is NaN);
+* hoisting scalar factors (``(s*v)*t -> (s*t)*v``) and ``sum(broadcast s) -> n*s`` reassociate,
+  changing the result by rounding only.
+
+Constant folding evaluates a node whose arguments are all known at compile time — ``const``
+nodes and captured arrays, which were snapshotted at trace time, so folding over them is sound —
+with the op's numpy reference. A scalar or uniform result becomes a ``const`` node; an array
+result becomes a new captured constant when it is no bigger than :data:`FOLD_MAX_ELEMENTS` or its
+largest operand (so folding never makes the program's constants grow by more than a copy).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+
+from .. import ops
+from ..ir import NUMPY_DTYPE, Graph, Node
+from .rewrite import Rewriter, fit
+
+#: Largest array result constant folding creates when it is bigger than every operand.
+FOLD_MAX_ELEMENTS = 4096
+
+
+def _fill(x: Node) -> float | bool | None:
+    """The fill value of a ``const`` node (any shape), else ``None``."""
+    return x.attrs[0] if x.op == "const" else None
+
+
+def _is(x: Node, value: float) -> bool:
+    v = _fill(x)
+    return v is not None and not isinstance(v, bool) and v == value
+
+
+def _scalar(x: Node) -> Node | None:
+    """``x`` as a scalar if it is one, a broadcast scalar, or a constant fill; else ``None``."""
+    if x.shape == ():
+        return x
+    if x.op == "const":
+        return ops.const(x.attrs[0], (), x.dtype)
+    if x.op in ("broadcast_to", "reshape") and x.args[0].shape == ():
+        return x.args[0]
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Rules
+
+
+def _fold(n: Node, rw: Rewriter) -> Node | None:
+    if n.op in ("input", "const") or not n.args:
+        return None
+    values = [rw.constant(a) for a in n.args]
+    if any(v is None for v in values):
+        return None
+    with np.errstate(all="ignore"):
+        v = np.asarray(ops.OPS[n.op].ref(n.attrs, *values), dtype=NUMPY_DTYPE[n.dtype])
+    if v.shape != n.shape:
+        raise AssertionError(f"reference of {n.op} gave shape {v.shape}, expected {n.shape}")
+    if v.size == 0:
+        return None
+    flat = np.ascontiguousarray(v).reshape(-1)
+    raw = flat.view(np.uint8).reshape(flat.size, flat.itemsize)
+    if (raw == raw[0]).all():  # uniform, bitwise (so -0.0 and NaN count too)
+        return ops.const(flat[0].item(), n.shape, n.dtype)
+    largest = max(a.type.size for a in n.args)
+    if v.size > max(FOLD_MAX_ELEMENTS, largest):
+        return None
+    return rw.bind(v, n.type)
+
+
+def _add(n, rw):
+    x, y = n.args
+    if _is(y, 0.0):
+        return fit(x, n)
+    if _is(x, 0.0):
+        return fit(y, n)
+    if y.op == "neg":
+        return ops.make("sub", x, y.args[0])
+    if x.op == "neg":
+        return ops.make("sub", y, x.args[0])
+    return None
+
+
+def _sub(n, rw):
+    x, y = n.args
+    if _is(y, 0.0):
+        return fit(x, n)
+    if _is(x, 0.0):
+        return ops.make("neg", y)
+    if x is y:
+        return ops.const(0.0, n.shape)
+    if y.op == "neg":
+        return ops.make("add", x, y.args[0])
+    return None
+
+
+def _mul(n, rw):
+    x, y = n.args
+    if _is(y, 1.0):
+        return fit(x, n)
+    if _is(x, 1.0):
+        return fit(y, n)
+    if _is(y, -1.0):
+        return fit(ops.make("neg", x), n)
+    if _is(x, -1.0):
+        return fit(ops.make("neg", y), n)
+    if x.op == "neg" and y.op == "neg":
+        return ops.make("mul", x.args[0], y.args[0])
+    return None
+
+
+def _hoist_scalar_factor(n, rw):
+    """``(s*v)*t``, ``t*(v*s)``, ``(-v)*t`` with scalars s, t and an array v: scalar work first."""
+    if n.shape == ():
+        return None
+    x, y = n.args
+    for inner, t in ((x, y), (y, x)):
+        if t.shape != ():
+            continue
+        if inner.op == "mul":
+            a, b = inner.args
+            s, v = (a, b) if a.shape == () else (b, a)
+            if s.shape == () and v.shape != ():
+                return ops.make("mul", ops.make("mul", s, t), v)
+        if inner.op == "neg":
+            return ops.make("mul", inner.args[0], ops.make("neg", t))
+    return None
+
+
+def _div(n, rw):
+    x, y = n.args
+    if _is(y, 1.0):
+        return fit(x, n)
+    c = _fill(y)
+    if c is not None and y.shape == () and c != 0 and math.isfinite(c):
+        m, e = math.frexp(abs(c))
+        if m == 0.5:  # a power of two: x / c == x * (1/c) exactly
+            return ops.make("mul", x, ops.const(1.0 / c))
+    return None
+
+
+def _neg(n, rw):
+    (x,) = n.args
+    if x.op == "neg":
+        return x.args[0]
+    return None
+
+
+def _pow(n, rw):
+    x, y = n.args
+    if y.op == "const" and y.shape == ():
+        r = ops.power(x, y)  # integer exponents -> products, 0.5 -> sqrt
+        if r is not n:
+            return fit(r, n)
+    return None
+
+
+def _where(n, rw):
+    c, a, b = n.args
+    if a is b:
+        return a
+    v = _fill(c)
+    if v is not None:
+        return fit(a if v else b, n)
+    return None
+
+
+def _scalarise(n, rw):
+    """An elementwise op on broadcast scalars: operate on the scalars (``exp(broadcast s)`` is
+    ``broadcast exp(s)``) and pass scalar operands directly (elementwise ops broadcast them)."""
+    if n.shape == ():
+        return None
+    bases = [_scalar(a) for a in n.args]
+    if all(b is not None for b in bases):
+        return ops.broadcast_to(ops.make(n.op, *bases, attrs=n.attrs), n.shape)
+    new = tuple(a if b is None else b for a, b in zip(n.args, bases))
+    if any(a is not b for a, b in zip(n.args, new)):
+        return ops.make(n.op, *new, attrs=n.attrs)
+    return None
+
+
+def _cast(n, rw):
+    (x,) = n.args
+    return x if x.dtype == n.dtype else None
+
+
+def _broadcast(n, rw):
+    (x,) = n.args
+    if x.shape == n.shape:
+        return x
+    if x.op in ("reshape", "broadcast_to") and x.args[0].type.size == 1:
+        return ops.make("broadcast_to", x.args[0], attrs=n.attrs) if x.args[0].shape == () else None
+    if x.type.size == 1 and x.shape != ():
+        return ops.make("broadcast_to", ops.reshape(x, ()), attrs=n.attrs)
+    return None
+
+
+def _reshape(n, rw):
+    (x,) = n.args
+    if x.shape == n.shape:
+        return x
+    if x.op == "reshape":
+        return ops.reshape(x.args[0], n.shape)
+    if x.shape == ():
+        return ops.make("broadcast_to", x, attrs=(n.shape,))
+    s = _scalar(x)
+    if s is not None and s is not x:
+        return ops.broadcast_to(s, n.shape)
+    return None
+
+
+def _transpose(n, rw):
+    (x,) = n.args
+    if x.op == "transpose":
+        perm = tuple(x.attrs[0][p] for p in n.attrs[0])
+        return ops.transpose(x.args[0], perm)
+    s = _scalar(x)
+    return None if s is None else ops.broadcast_to(s, n.shape)
+
+
+def _index(n, rw):
+    (x,) = n.args
+    s = _scalar(x)
+    return None if s is None else ops.broadcast_to(s, n.shape)
+
+
+def _reduce_sum(n, rw):
+    (x,) = n.args
+    s = _scalar(x)
+    if s is None:
+        return None
+    count = x.type.size // max(n.type.size, 1)
+    return ops.broadcast_to(ops.make("mul", s, ops.const(float(count))), n.shape)
+
+
+def _reduce_max(n, rw):
+    (x,) = n.args
+    s = _scalar(x)
+    return None if s is None or x.type.size == 0 else ops.broadcast_to(s, n.shape)
+
+
+#: The rule table: (name, ops matched (None: every op), rewrite, note on exactness).
+RULES: list[tuple[str, tuple[str, ...] | None, object, str]] = [
+    ("fold", None, _fold, "exact: evaluated with the op's reference"),
+    ("add", ("add",), _add, "x+0 -> x may turn -0.0 into +0.0; x+(-y) -> x-y exact"),
+    ("sub", ("sub",), _sub, "x-x -> 0 assumes finite x; 0-x -> -x sign of zero"),
+    ("mul", ("mul",), _mul, "exact: x*1, x*-1, (-x)*(-y)"),
+    ("hoist-scalar-factor", ("mul",), _hoist_scalar_factor, "reassociates scalar factors"),
+    ("div", ("div",), _div, "exact: x/1, x/2^k -> x*2^-k"),
+    ("neg", ("neg",), _neg, "exact: -(-x) -> x"),
+    ("pow", ("pow",), _pow, "x**k (integer k) -> products; x**0.5 -> sqrt"),
+    ("where", ("where",), _where, "exact"),
+    ("scalarise", ops.ELEMENTWISE, _scalarise, "exact: ops on broadcast scalars run once"),
+    ("cast", ("cast",), _cast, "exact"),
+    ("broadcast", ("broadcast_to",), _broadcast, "exact"),
+    ("reshape", ("reshape",), _reshape, "exact"),
+    ("transpose", ("transpose",), _transpose, "exact"),
+    ("index", ("index",), _index, "exact: indexing a broadcast scalar"),
+    ("reduce-sum", ("reduce_sum",), _reduce_sum, "sum of a broadcast s -> count*s (rounding)"),
+    ("reduce-max", ("reduce_max",), _reduce_max, "exact"),
+]
+
+_BY_OP: dict[str, list] = {}
+for _name, _ops, _fn, _note in RULES:
+    for _op in ops.OPS if _ops is None else _ops:
+        _BY_OP.setdefault(_op, []).append((_name, _fn))
+
+
+def simplify(g: Graph) -> tuple[Graph, dict]:
+    """Apply :data:`RULES` to every node of ``g`` until none fires; returns the new graph and
+    ``{"rules": {rule name: times fired}}``."""
+    fired: Counter[str] = Counter()
+
+    def rule(n: Node, rw: Rewriter) -> Node | None:
+        for name, fn in _BY_OP.get(n.op, ()):
+            r = fn(n, rw)
+            if r is not None and r is not n:
+                fired[name] += 1
+                return r
+        return None
+
+    out = Rewriter(g).run(rule)
+    return out, {"rules": dict(fired)}
