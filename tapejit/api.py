@@ -8,6 +8,7 @@ shapes raises a ``ValueError`` (use :func:`grad`, which compiles one specialisat
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -15,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from codegen import entry as _entry  # api.py is the one front-end module that binds codegen
+from codegen import fastcall as _fastcall
 from codegen.jit import CodeLibrary
 from codegen.lower import lower
 
@@ -26,6 +28,7 @@ _ffi = _entry.ffi
 STAGES = ("trace", "grad", "opt", "plan", "llvm", "llvm-opt", "asm")
 
 _F64 = np.dtype(np.float64)
+_FAST = _fastcall.layout_ok()
 
 
 def _normalise_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, ...]:
@@ -54,7 +57,21 @@ class _Workspace(threading.local):
         self.value_ptr = _ffi.from_buffer(self.value)
 
 
-class GradientFunction:
+class _Buffers:
+    """The fast path's own workspace and value output (it holds the GIL, so one set suffices)."""
+
+    def __init__(self, nbytes: int):
+        raw = np.zeros(nbytes + 64, dtype=np.uint8)
+        start = (-raw.ctypes.data) % 64
+        self.ws = raw[start : start + max(nbytes, 1)]
+        self.value = np.zeros((), dtype=np.float64)
+
+
+def _not_built(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("this GradientFunction was not built")
+
+
+class GradientFunction(functools.partial):
     """A compiled native gradient of ``f`` with respect to the arguments ``argnums``.
 
     Call it as ``grad(*args, out=None)``. Arguments must match the example arguments given to
@@ -67,9 +84,21 @@ class GradientFunction:
     gradient is written there, ``out`` is returned, and no numpy array is created.
 
     Raises ``TypeError`` for a wrong argument count or type, ``ValueError`` for a wrong shape,
-    layout or ``out``. Thread-safe: each thread gets its own workspace, and the native call
-    releases the GIL.
+    layout or ``out``. Thread-safe: each thread gets its own workspace.
+
+    Calling: ``grad(*args, out=...)`` with exactly the compiled types goes through a native
+    ``METH_FASTCALL`` entry (:mod:`codegen.fastcall`) that validates the call itself and holds
+    the GIL for the kernel's duration (tens of nanoseconds of overhead); every other call — no
+    ``out``, arrays that need converting, anything invalid — takes the Python path, which
+    validates, converts or raises, and releases the GIL around the native call (cffi). The class
+    derives from ``functools.partial`` only so that calling an instance is a C-level vectorcall.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "GradientFunction":
+        return functools.partial.__new__(cls, _not_built)
+
+    def __reduce__(self):
+        raise TypeError("a GradientFunction holds native code and cannot be pickled; pickle f instead")
 
     def __init__(self, f: Callable, example_args: Sequence[Any], argnums: int | Sequence[int] = 0):
         if not callable(f):
@@ -103,6 +132,25 @@ class GradientFunction:
         t3 = time.perf_counter()
         symbol = f"tj_{trace.name}".replace("<", "_").replace(">", "_")
         module = lower(prog, symbol)
+        g = prog.graph
+        # Captured constants: snapshotted at trace time, C-contiguous, pointers made once.
+        self._consts = [
+            np.ascontiguousarray(g.bindings[i]) for i, k in enumerate(g.kinds) if k == "const"
+        ]
+        runtime = [n for n, k in zip(g.inputs, g.kinds) if k != "const"]
+        self._shapes = tuple(n.shape for n in runtime)
+        self._grad_shapes = tuple(self._shapes[i] for i in self.argnums)
+        if _FAST:
+            self._fast_buffers = _Buffers(prog.workspace_bytes)
+            spec = _fastcall.Spec(
+                arg_shapes=self._shapes,
+                grad_shapes=self._grad_shapes,
+                tuple_out=tuple_result,
+                const_addrs=tuple(c.ctypes.data for c in self._consts),
+                value_addr=self._fast_buffers.value.ctypes.data,
+                workspace_addr=self._fast_buffers.ws.ctypes.data,
+            )
+            _fastcall.add_trampoline(module, symbol, spec, symbol + "_fast")
         self._llvm = str(module)
         t4 = time.perf_counter()
         self._lib = CodeLibrary(module)
@@ -115,14 +163,14 @@ class GradientFunction:
             "plan": prog,
         }
         self.name = trace.name
-        g = prog.graph
-        runtime = [n for n, k in zip(g.inputs, g.kinds) if k != "const"]
-        self._shapes = tuple(n.shape for n in runtime)
-        self._grad_shapes = tuple(self._shapes[i] for i in self.argnums)
-        # Captured constants: snapshotted at trace time, pointers made once.
-        self._consts = [g.bindings[i] for i, k in enumerate(g.kinds) if k == "const"]
         self._const_ptrs = tuple(_ffi.from_buffer(c) for c in self._consts)
         self._native = _entry.bind(self._lib.address(symbol), len(g.inputs), len(g.outputs))
+        self._keepalive: list[Any] = []
+        entry: Callable = self._slow_call
+        if _FAST:
+            address = self._lib.address(symbol + "_fast")
+            entry = _fastcall.make_builtin(address, self._slow_call, self.name, self._keepalive)
+        functools.partial.__setstate__(self, (entry, (), {}, self.__dict__))
         self._tls = _Workspace(prog.workspace_bytes)
         # The last fully validated call with out=: (args, outs, pointers). A repeat call with the
         # same objects re-checks only what can change in place (shape, dtype, layout, writeable).
@@ -177,6 +225,8 @@ class GradientFunction:
                 raise ValueError(
                     f"{self.name}: argument {i} must be C-contiguous; pass np.ascontiguousarray(x)"
                 )
+            if not a.flags.aligned:  # generated code assumes 8-byte aligned doubles
+                a = a.copy()
             return _ffi.from_buffer(a, require_writable=False)
         if isinstance(a, (float, int, np.floating, np.integer)) and not isinstance(a, (bool, np.bool_)):
             if shape != ():
@@ -200,8 +250,8 @@ class GradientFunction:
             raise TypeError(f"{what} must have dtype float64, got {o.dtype}")
         if o.shape != shape:
             raise ValueError(f"{what} must have shape {shape}, got {o.shape}")
-        if not o.flags.c_contiguous or not o.flags.writeable:
-            raise ValueError(f"{what} must be a writeable C-contiguous array")
+        if not o.flags.c_contiguous or not o.flags.writeable or not o.flags.aligned:
+            raise ValueError(f"{what} must be a writeable, aligned, C-contiguous array")
         for a in args:
             if type(a) is np.ndarray and np.may_share_memory(a, o):
                 raise ValueError(f"{what} overlaps an argument; pass a separate output array")
@@ -266,13 +316,16 @@ class GradientFunction:
                     raise ValueError(f"{self.name}: the arrays in out overlap each other")
         return [ptrs, out_ptrs]
 
-    def __call__(self, *args: Any, out: Any = None) -> Any:
-        """The gradient of ``f`` at ``args`` (see the class docstring)."""
+    def _slow_call(self, *args: Any, out: Any = None) -> Any:
+        """The gradient of ``f`` at ``args`` (see the class docstring): the Python path."""
         return self._call(args, out)[1]
 
     def value_and_grad(self, *args: Any, out: Any = None) -> tuple[float, Any]:
         """``(f(*args), gradient)``: the primal value (a float) and the gradient, in one call."""
         return self._call(args, out)
+
+
+_fastcall.inherit_vectorcall(GradientFunction)
 
 
 def compile(f: Callable, *example_args: Any, argnums: int | Sequence[int] = 0) -> GradientFunction:
