@@ -27,9 +27,19 @@ def initialise() -> None:
 
 @functools.cache
 def host() -> tuple[str, str, str]:
-    """(triple, CPU name, feature string) of this machine."""
+    """(triple, CPU name, feature string) of this machine.
+
+    Full-width vectors: on AVX-512 hosts LLVM's tuning for several CPU names (and generic names
+    such as ``x86-64-v4``) prefers 256-bit vectors (the ``prefer-256-bit`` tuning feature, which
+    sets the vectoriser's preferred width). Our kernels are long, branch-free loops where 512-bit
+    vectors win (DESIGN.md measured 1.7x), so that tuning is switched off when ``+avx512f`` is
+    present — the feature-string equivalent of ``prefer-vector-width=512``.
+    """
     initialise()
-    return llvm.get_process_triple(), llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+    features = llvm.get_host_cpu_features().flatten()
+    if "+avx512f" in features.split(","):
+        features += ",-prefer-256-bit"
+    return llvm.get_process_triple(), llvm.get_host_cpu_name(), features
 
 
 def target_machine() -> llvm.TargetMachine:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from codegen import entry as _entry  # api.py is the one front-end module that binds codegen
+from codegen import batch as _batch
 from codegen import fastcall as _fastcall
 from codegen.jit import CodeLibrary
 from codegen.lower import lower
@@ -65,6 +66,10 @@ class _Buffers:
         start = (-raw.ctypes.data) % 64
         self.ws = raw[start : start + max(nbytes, 1)]
         self.value = np.zeros((), dtype=np.float64)
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return ", ".join(map(str, shape)) if shape else ""
 
 
 def _not_built(*args: Any, **kwargs: Any) -> Any:
@@ -151,6 +156,18 @@ class GradientFunction(functools.partial):
                 workspace_addr=self._fast_buffers.ws.ctypes.data,
             )
             _fastcall.add_trampoline(module, symbol, spec, symbol + "_fast")
+        n_consts = len(self._consts)
+        if list(g.kinds[len(runtime) :]) != ["const"] * n_consts:
+            raise AssertionError("graph inputs must list runtime arguments before constants")
+        _batch.add_batch_entry(
+            module,
+            symbol,
+            [max(1, int(np.prod(s))) for s in self._shapes],
+            n_consts,
+            [max(1, int(np.prod(s))) for s in self._grad_shapes],
+            symbol + "_batch",
+        )
+        self._symbol = symbol
         self._llvm = str(module)
         t4 = time.perf_counter()
         self._lib = CodeLibrary(module)
@@ -172,6 +189,9 @@ class GradientFunction(functools.partial):
             entry = _fastcall.make_builtin(address, self._slow_call, self.name, self._keepalive)
         functools.partial.__setstate__(self, (entry, (), {}, self.__dict__))
         self._tls = _Workspace(prog.workspace_bytes)
+        n_ptrs = len(g.inputs) + 1 + len(self._grad_shapes) + 1
+        self._batch_native = _entry.bind_batch(self._lib.address(symbol + "_batch"), n_ptrs)
+        self._batch_workspaces: list[_Buffers] = []
         # The last fully validated call with out=: (args, outs, pointers). A repeat call with the
         # same objects re-checks only what can change in place (shape, dtype, layout, writeable).
         self._last: tuple[tuple, tuple, list] | None = None
@@ -242,8 +262,11 @@ class GradientFunction(functools.partial):
         )
 
     def _out_pointer(self, k: int, o: Any, args: Sequence[Any]):
-        shape = self._grad_shapes[k]
         what = f"{self.name}: out" + (f"[{k}]" if self._tuple_result else "")
+        return self._check_out(what, o, self._grad_shapes[k], args)
+
+    def _check_out(self, what: str, o: Any, shape: tuple[int, ...], args: Sequence[Any]):
+        """Validate an output array; returns a writeable cffi pointer to it."""
         if type(o) is not np.ndarray:
             raise TypeError(f"{what} must be a numpy float64 array, got {type(o).__name__}")
         if o.dtype != _F64:
@@ -319,6 +342,111 @@ class GradientFunction(functools.partial):
     def _slow_call(self, *args: Any, out: Any = None) -> Any:
         """The gradient of ``f`` at ``args`` (see the class docstring): the Python path."""
         return self._call(args, out)[1]
+
+    # -- batched calls and raw access ---------------------------------------------------------
+    @property
+    def address(self) -> int:
+        """Address of the native kernel, callable from C, cffi, ctypes or numba as::
+
+            int32_t f(const double *arg0, ..., const T *const0, ..., double *value,
+                      double *grad0, ..., void *workspace);
+
+        one pointer per runtime argument (C-contiguous float64, a scalar as a pointer to one
+        double), then one per captured constant (:attr:`constants`, in order), the primal value
+        (one double), one per gradient (C-contiguous, the argument's shape), and a 64-byte
+        aligned workspace of :attr:`workspace_bytes` bytes (may be NULL when 0) that no other
+        call uses at the same time. Returns 0 on success. Valid while this object lives.
+        """
+        return self._lib.address(self._symbol)
+
+    @property
+    def constants(self) -> tuple[np.ndarray, ...]:
+        """The captured constants the kernel takes after the runtime arguments (see
+        :attr:`address`); snapshotted at compile time, read-only by contract."""
+        return tuple(self._consts)
+
+    @property
+    def workspace_bytes(self) -> int:
+        return self.stats["workspace_bytes"]
+
+    def batch(self, *args: Any, out: Any = None, values: np.ndarray | None = None, threads: int = 1) -> Any:
+        """The gradient at every row of a batch, in one native call per thread.
+
+        Each runtime argument gets a leading batch axis: shape ``(m, *shape_i)`` (a scalar
+        argument: ``(m,)``), float64 and C-contiguous (arrays of other real dtypes that convert
+        exactly are converted). Returns an array of shape ``(m, *grad_shape)`` — a tuple of them
+        for a tuple ``argnums`` — or writes into ``out`` (same rules as for a single call) and
+        returns it. ``values``, if given, is a writeable float64 array of shape ``(m,)`` that
+        receives ``f`` at each row. ``threads=k`` splits the rows into ``k`` contiguous ranges run
+        concurrently without the GIL, each with its own workspace.
+
+        Raises ``TypeError``/``ValueError`` naming the argument for a wrong count, type, shape,
+        layout or output, and ``ValueError`` for ``threads < 1``.
+        """
+        if len(args) != len(self._shapes):
+            raise TypeError(
+                f"{self.name}.batch: the compiled gradient takes {len(self._shapes)} batched "
+                f"argument(s), got {len(args)}"
+            )
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+            raise ValueError(f"{self.name}.batch: threads must be an int >= 1, got {threads!r}")
+        m, arrays = None, []
+        for i, (a, shape) in enumerate(zip(args, self._shapes)):
+            what = f"{self.name}.batch: argument {i}"
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"{what} must be a float64 array of shape (m, {_dims(shape)}), got {type(a).__name__}")
+            if a.dtype != _F64:
+                if a.dtype == np.bool_ or not np.can_cast(a.dtype, _F64, "safe"):
+                    raise TypeError(f"{what} must be float64 (or convert to it exactly), got dtype {a.dtype}")
+                a = a.astype(_F64)
+            if a.ndim != len(shape) + 1 or a.shape[1:] != shape or (m is not None and a.shape[0] != m):
+                expected = f"({'m' if m is None else m}, {_dims(shape)})"
+                raise ValueError(f"{what} must have shape {expected}, got {a.shape}")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"{what} must be C-contiguous; pass np.ascontiguousarray(x)")
+            m = a.shape[0]
+            arrays.append(a if a.flags.aligned else a.copy())
+        if out is None:
+            outs = tuple(np.empty((m, *s)) for s in self._grad_shapes)
+        else:
+            outs = out if self._tuple_result else (out,)
+            if not isinstance(outs, tuple) or len(outs) != len(self._grad_shapes):
+                raise TypeError(f"{self.name}.batch: out must be a tuple of {len(self._grad_shapes)} arrays")
+        out_ptrs = []
+        for k, (o, s) in enumerate(zip(outs, self._grad_shapes)):
+            what = f"{self.name}.batch: out" + (f"[{k}]" if self._tuple_result else "")
+            out_ptrs.append(self._check_out(what, o, (m, *s), arrays))
+        for i in range(len(outs)):
+            for j in range(i):
+                if np.may_share_memory(outs[i], outs[j]):
+                    raise ValueError(f"{self.name}.batch: the arrays in out overlap each other")
+        if values is None:
+            values = np.empty(m)
+        else:
+            self._check_out(f"{self.name}.batch: values", values, (m,), arrays + list(outs))
+        in_ptrs = [_ffi.from_buffer(a, require_writable=False) for a in arrays]
+        vptr = _ffi.from_buffer(values, require_writable=True)
+        threads = max(1, min(threads, m))
+        while len(self._batch_workspaces) < threads:
+            self._batch_workspaces.append(_Buffers(self.stats["workspace_bytes"]))
+        bounds = [m * t // threads for t in range(threads + 1)]
+        status = [0] * threads
+
+        def run(t: int) -> None:
+            ws = _ffi.from_buffer(self._batch_workspaces[t].ws)
+            status[t] = self._batch_native(
+                *in_ptrs, *self._const_ptrs, vptr, *out_ptrs, ws, bounds[t], bounds[t + 1]
+            )
+
+        workers = [threading.Thread(target=run, args=(t,)) for t in range(1, threads)]
+        for w in workers:
+            w.start()
+        run(0)
+        for w in workers:
+            w.join()
+        if any(status):
+            raise RuntimeError(f"{self.name}.batch: native gradient returned status {max(status)}")
+        return out if out is not None else (outs if self._tuple_result else outs[0])
 
     def value_and_grad(self, *args: Any, out: Any = None) -> tuple[float, Any]:
         """``(f(*args), gradient)``: the primal value (a float) and the gradient, in one call."""

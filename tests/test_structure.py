@@ -93,3 +93,11 @@ def test_gradient_function_keeps_its_engine_alive():
     del grads[:2]
     gc.collect()
     np.testing.assert_allclose(grads[0](x), 2 * np.sin(x) * np.cos(x), rtol=1e-13)
+
+
+def test_full_width_vectors_on_avx512_hosts():
+    from codegen import target
+
+    _, _, features = target.host()
+    flags = features.split(",")
+    assert ("-prefer-256-bit" in flags) == ("+avx512f" in flags)
