@@ -89,21 +89,50 @@ class Spec:
     """What the trampoline accepts and passes to the kernel.
 
     ``arg_shapes``: shape of each runtime argument; ``grad_shapes``: shape of each output array
-    in ``out``; ``tuple_out``: ``out`` is a tuple; ``const_addrs``: data addresses of the
-    captured constants (kernel inputs after the runtime arguments); ``value_addr``: where the
-    kernel writes the value; ``workspace_addr``: the trampoline's own workspace.
+    in ``out``; ``tuple_out``: ``out`` is a tuple; ``n_consts``: captured constants the kernel
+    takes after the runtime arguments.
     """
 
     arg_shapes: tuple[tuple[int, ...], ...]
     grad_shapes: tuple[tuple[int, ...], ...]
     tuple_out: bool
-    const_addrs: tuple[int, ...]
-    value_addr: int
-    workspace_addr: int
+    n_consts: int
+
+
+#: The environment table: every address the trampoline needs, filled in after loading (so the
+#: object code holds no process-specific address and can be cached on disk). The captured
+#: constants' data addresses follow these entries.
+ENV = (
+    "ndarray", "float64", "float", "tuple", "out", "Py_IncRef", "PyObject_Vectorcall",
+    "value", "workspace",
+)  # fmt: skip
+
+
+def env_name(trampoline: str) -> str:
+    return f"{trampoline}_env"
+
+
+def fill_env(table_address: int, value_addr: int, workspace_addr: int, const_addrs: Sequence[int]) -> None:
+    """Write this process's addresses into a loaded trampoline's environment table."""
+    values = {
+        "ndarray": id(np.ndarray),
+        "float64": id(np.dtype(np.float64)),
+        "float": id(float),
+        "tuple": id(tuple),
+        "out": id(_OUT),
+        "Py_IncRef": _addr(_api.Py_IncRef),
+        "PyObject_Vectorcall": _addr(_api.PyObject_Vectorcall),
+        "value": value_addr,
+        "workspace": workspace_addr,
+    }
+    words = [values[k] for k in ENV] + list(const_addrs)
+    (ctypes.c_uint64 * len(words)).from_address(table_address)[:] = words
 
 
 class _Builder:
-    def __init__(self, module: ir.Module, kernel: ir.Function, name: str):
+    def __init__(self, module: ir.Module, kernel: ir.Function, name: str, n_consts: int):
+        self.table = ir.GlobalVariable(module, ir.ArrayType(I64, len(ENV) + n_consts), env_name(name))
+        self.table.initializer = ir.Constant(self.table.value_type, None)
         self.fnty = ir.FunctionType(I8P, [I8P, I8P.as_pointer(), I64, I8P])
         self.fn = ir.Function(module, self.fnty, name=name)
         self.fn.attributes.add("nounwind")
@@ -111,8 +140,11 @@ class _Builder:
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self.fail = self.fn.append_basic_block("slow")
 
-    def const_ptr(self, address: int, ty=I8P) -> ir.Value:
-        return ir.Constant(I64, address).inttoptr(ty)
+    def env(self, slot: str | int, ty: ir.Type = I8P) -> ir.Value:
+        """Entry ``slot`` of the environment table (an address filled in at load time)."""
+        k = ENV.index(slot) if isinstance(slot, str) else slot
+        p = self.b.gep(self.table, [I64(0), I64(k)], inbounds=True)
+        return self.b.inttoptr(self.b.load(p), ty)
 
     def field(self, obj: ir.Value, offset: int, ty: ir.Type) -> ir.Value:
         p = self.b.gep(obj, [I64(offset)], inbounds=True)
@@ -124,15 +156,15 @@ class _Builder:
         self.b.cbranch(cond, ok, self.fail)
         self.b.position_at_end(ok)
 
-    def is_type(self, obj: ir.Value, type_addr: int) -> ir.Value:
-        return self.b.icmp_unsigned("==", self.field(obj, OB_TYPE, I8P), self.const_ptr(type_addr))
+    def is_type(self, obj: ir.Value, slot: str) -> ir.Value:
+        return self.b.icmp_unsigned("==", self.field(obj, OB_TYPE, I8P), self.env(slot))
 
     def array(self, obj: ir.Value, shape: tuple[int, ...], flags: int) -> tuple[ir.Value, ir.Value]:
         """Check ``obj`` is an exact float64 ndarray of ``shape`` with ``flags``; returns its data
         pointer and its end address (for overlap checks)."""
         b = self.b
-        self.require(self.is_type(obj, id(np.ndarray)))
-        ok = b.icmp_unsigned("==", self.field(obj, ARR_DESCR, I8P), self.const_ptr(id(np.dtype(np.float64))))
+        self.require(self.is_type(obj, "ndarray"))
+        ok = b.icmp_unsigned("==", self.field(obj, ARR_DESCR, I8P), self.env("float64"))
         ok = b.and_(ok, b.icmp_signed("==", self.field(obj, ARR_ND, I32), I32(len(shape))))
         got = self.field(obj, ARR_FLAGS, I32)
         ok = b.and_(ok, b.icmp_unsigned("==", b.and_(got, I32(flags)), I32(flags)))
@@ -152,7 +184,7 @@ class _Builder:
 def add_trampoline(module: ir.Module, kernel_name: str, spec: Spec, name: str) -> None:
     """Add the trampoline ``name`` for kernel ``kernel_name`` to ``module`` (see module doc)."""
     kernel = module.get_global(kernel_name)
-    t = _Builder(module, kernel, name)
+    t = _Builder(module, kernel, name, spec.n_consts)
     b = t.b
     slow, args, nargs, kwnames = t.fn.args
     n = len(spec.arg_shapes)
@@ -160,13 +192,13 @@ def add_trampoline(module: ir.Module, kernel_name: str, spec: Spec, name: str) -
     t.require(b.icmp_unsigned("!=", kwnames, ir.Constant(I8P, None)))
     size = t.field(kwnames, TUPLE_SIZE, I64)
     first = t.field(kwnames, TUPLE_ITEMS, I8P)
-    t.require(b.and_(b.icmp_signed("==", size, I64(1)), b.icmp_unsigned("==", first, t.const_ptr(id(_OUT)))))
+    t.require(b.and_(b.icmp_signed("==", size, I64(1)), b.icmp_unsigned("==", first, t.env("out"))))
 
     in_ptrs, ranges = [], []
     for i, shape in enumerate(spec.arg_shapes):
         obj = b.load(b.gep(args, [I64(i)], inbounds=True))
         if shape == ():
-            is_float = t.is_type(obj, id(float))
+            is_float = t.is_type(obj, "float")
             as_float = t.fn.append_basic_block("float")
             as_array = t.fn.append_basic_block("array0d")
             join = t.fn.append_basic_block("arg")
@@ -190,7 +222,7 @@ def add_trampoline(module: ir.Module, kernel_name: str, spec: Spec, name: str) -
 
     out = b.load(b.gep(args, [I64(n)], inbounds=True))
     if spec.tuple_out:
-        t.require(t.is_type(out, id(tuple)))
+        t.require(t.is_type(out, "tuple"))
         t.require(b.icmp_signed("==", t.field(out, TUPLE_SIZE, I64), I64(len(spec.grad_shapes))))
         items = [t.field(out, TUPLE_ITEMS + 8 * k, I8P) for k in range(len(spec.grad_shapes))]
     else:
@@ -210,20 +242,20 @@ def add_trampoline(module: ir.Module, kernel_name: str, spec: Spec, name: str) -
 
     kargs = list(in_ptrs)
     kty = kernel.function_type.args
-    kargs += [t.const_ptr(a, kty[n + j]) for j, a in enumerate(spec.const_addrs)]
-    kargs.append(t.const_ptr(spec.value_addr, F64.as_pointer()))
+    kargs += [t.env(len(ENV) + j, kty[n + j]) for j in range(spec.n_consts)]
+    kargs.append(t.env("value", F64.as_pointer()))
     kargs += out_ptrs
-    kargs.append(t.const_ptr(spec.workspace_addr))
+    kargs.append(t.env("workspace"))
     kargs = [b.bitcast(v, ty) if v.type != ty else v for v, ty in zip(kargs, kty)]
     status = b.call(kernel, kargs)
     t.require(b.icmp_signed("==", status, I32(0)))
     incref = ir.FunctionType(ir.VoidType(), [I8P])
-    b.call(b.inttoptr(I64(_addr(_api.Py_IncRef)), incref.as_pointer()), [out])
+    b.call(t.env("Py_IncRef", incref.as_pointer()), [out])
     b.ret(out)
 
     b.position_at_end(t.fail)
     vty = ir.FunctionType(I8P, [I8P, I8P.as_pointer(), I64, I8P])
-    vectorcall = b.inttoptr(I64(_addr(_api.PyObject_Vectorcall)), vty.as_pointer())
+    vectorcall = t.env("PyObject_Vectorcall", vty.as_pointer())
     b.ret(b.call(vectorcall, [slow, args, nargs, kwnames]))
 
 

@@ -49,6 +49,13 @@ class CodeLibrary:
             raise KeyError(f"no function {name!r} in this code library")
         return addr
 
+    def global_address(self, name: str) -> int:
+        """Address of the global variable ``name`` (valid while this library lives)."""
+        addr = self._engine.get_global_value_address(name)
+        if not addr:
+            raise KeyError(f"no global {name!r} in this code library")
+        return addr
+
     @property
     def asm(self) -> str:
         """The host assembly of the optimised module."""

@@ -147,14 +147,7 @@ class GradientFunction(functools.partial):
         self._grad_shapes = tuple(self._shapes[i] for i in self.argnums)
         if _FAST:
             self._fast_buffers = _Buffers(prog.workspace_bytes)
-            spec = _fastcall.Spec(
-                arg_shapes=self._shapes,
-                grad_shapes=self._grad_shapes,
-                tuple_out=tuple_result,
-                const_addrs=tuple(c.ctypes.data for c in self._consts),
-                value_addr=self._fast_buffers.value.ctypes.data,
-                workspace_addr=self._fast_buffers.ws.ctypes.data,
-            )
+            spec = _fastcall.Spec(self._shapes, self._grad_shapes, tuple_result, len(self._consts))
             _fastcall.add_trampoline(module, symbol, spec, symbol + "_fast")
         n_consts = len(self._consts)
         if list(g.kinds[len(runtime) :]) != ["const"] * n_consts:
@@ -186,6 +179,12 @@ class GradientFunction(functools.partial):
         entry: Callable = self._slow_call
         if _FAST:
             address = self._lib.address(symbol + "_fast")
+            _fastcall.fill_env(
+                self._lib.global_address(_fastcall.env_name(symbol + "_fast")),
+                self._fast_buffers.value.ctypes.data,
+                self._fast_buffers.ws.ctypes.data,
+                [c.ctypes.data for c in self._consts],
+            )
             entry = _fastcall.make_builtin(address, self._slow_call, self.name, self._keepalive)
         functools.partial.__setstate__(self, (entry, (), {}, self.__dict__))
         self._tls = _Workspace(prog.workspace_bytes)
