@@ -9,6 +9,7 @@ shapes raises a ``ValueError`` (use :func:`grad`, which compiles one specialisat
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -18,6 +19,7 @@ import numpy as np
 from codegen import entry as _entry  # api.py is the one front-end module that binds codegen
 from codegen import batch as _batch
 from codegen import fastcall as _fastcall
+from codegen.cache import ObjectCache
 from codegen.jit import CodeLibrary
 from codegen.lower import lower
 
@@ -29,6 +31,28 @@ _ffi = _entry.ffi
 STAGES = ("trace", "grad", "opt", "plan", "llvm", "llvm-opt", "asm")
 
 _F64 = np.dtype(np.float64)
+_VERSION = "0.1.0"  # kept equal to tapejit.__version__ (salts the on-disk cache key)
+
+
+def object_cache(cache: bool | str | os.PathLike | ObjectCache = True) -> ObjectCache | None:
+    """The on-disk cache of compiled objects to use, or ``None`` for none.
+
+    ``True`` (the default) means: the directory ``$TAPEJIT_CACHE_DIR`` if set, else the user cache
+    directory of the platform (``platformdirs.user_cache_dir("tapejit")``), unless
+    ``$TAPEJIT_CACHE`` is ``0``/``off``/``false``/``no``. ``False`` disables it; a path or an
+    :class:`~codegen.cache.ObjectCache` selects one.
+    """
+    if isinstance(cache, ObjectCache):
+        return cache
+    if cache is False or cache is None:
+        return None
+    if cache is True:
+        if os.environ.get("TAPEJIT_CACHE", "1").strip().lower() in ("0", "off", "false", "no"):
+            return None
+        import platformdirs
+
+        return ObjectCache(os.environ.get("TAPEJIT_CACHE_DIR") or platformdirs.user_cache_dir("tapejit"))
+    return ObjectCache(cache)
 _FAST = _fastcall.layout_ok()
 
 
@@ -105,7 +129,13 @@ class GradientFunction(functools.partial):
     def __reduce__(self):
         raise TypeError("a GradientFunction holds native code and cannot be pickled; pickle f instead")
 
-    def __init__(self, f: Callable, example_args: Sequence[Any], argnums: int | Sequence[int] = 0):
+    def __init__(
+        self,
+        f: Callable,
+        example_args: Sequence[Any],
+        argnums: int | Sequence[int] = 0,
+        cache: bool | str | os.PathLike | ObjectCache = True,
+    ):
         if not callable(f):
             raise TypeError(f"compile() needs a callable, got {type(f).__name__}")
         if not example_args:
@@ -113,17 +143,23 @@ class GradientFunction(functools.partial):
         nums = _normalise_argnums(argnums, len(example_args))
         t0 = time.perf_counter()
         trace = tracing.trace(f, example_args, nums)
-        self._build(trace, f, tuple_result=not isinstance(argnums, int), t_trace=time.perf_counter() - t0)
+        self._build(
+            trace, f, not isinstance(argnums, int), time.perf_counter() - t0, object_cache(cache)
+        )
 
     @classmethod
-    def from_graph(cls, trace: Graph, tuple_result: bool = True) -> "GradientFunction":
+    def from_graph(
+        cls, trace: Graph, tuple_result: bool = True, cache: bool | str | os.PathLike | ObjectCache = False
+    ) -> "GradientFunction":
         """Compile a forward graph built directly with :mod:`tapejit.ops` (its active inputs are
         differentiated). Used by tests that sweep the op table."""
         self = cls.__new__(cls)
-        self._build(trace, None, tuple_result=tuple_result, t_trace=0.0)
+        self._build(trace, None, tuple_result, 0.0, object_cache(cache))
         return self
 
-    def _build(self, trace: Graph, f: Callable | None, tuple_result: bool, t_trace: float) -> None:
+    def _build(
+        self, trace: Graph, f: Callable | None, tuple_result: bool, t_trace: float, cache: ObjectCache | None
+    ) -> None:
         runtime_kinds = [k for k in trace.kinds if k != "const"]
         self.fn = f
         self.argnums = tuple(i for i, k in enumerate(runtime_kinds) if k == "active")
@@ -163,7 +199,7 @@ class GradientFunction(functools.partial):
         self._symbol = symbol
         self._llvm = str(module)
         t4 = time.perf_counter()
-        self._lib = CodeLibrary(module)
+        self._lib = CodeLibrary(module, cache, salt=f"tapejit-{_VERSION}")
         timings.update(trace=t_trace, autodiff=t2 - t1, passes=t3 - t2, lower=t4 - t3)
         timings.update(self._lib.timings)
         self._stages: dict[str, Graph | Program] = {
@@ -203,6 +239,7 @@ class GradientFunction(functools.partial):
             "buffers": prog.stats["buffers"],
             "recomputed": prog.stats["recomputed"],
             "constants_bytes": sum(c.nbytes for c in self._consts),
+            "cache": "off" if cache is None else ("hit" if self._lib.cache_hit else "miss"),
             "timings": timings,
         }
 
@@ -455,19 +492,27 @@ class GradientFunction(functools.partial):
 _fastcall.inherit_vectorcall(GradientFunction)
 
 
-def compile(f: Callable, *example_args: Any, argnums: int | Sequence[int] = 0) -> GradientFunction:
+def compile(
+    f: Callable,
+    *example_args: Any,
+    argnums: int | Sequence[int] = 0,
+    cache: bool | str | os.PathLike | ObjectCache = True,
+) -> GradientFunction:
     """Compile the gradient of scalar-valued ``f`` for arguments shaped like ``example_args``.
 
     ``f`` takes float64 arrays (any shape) or floats and returns a scalar float; it is written
     with numpy (``np.exp``, ``@``, ``x.sum()``, indexing, Python loops over elements ...).
     ``argnums`` (int or tuple of ints) selects the arguments to differentiate; the others are
     runtime inputs that get no gradient. Numpy arrays that ``f`` captures are snapshotted now.
+    ``cache`` chooses the on-disk cache of compiled machine code (see :func:`object_cache`): a
+    hit skips LLVM entirely; tracing and the passes always run, so a changed captured array or
+    changed code is always seen.
 
     Returns a :class:`GradientFunction`. Raises :class:`tapejit.TracingError` when ``f`` cannot be
     traced (unsupported numpy function, Python control flow on a traced value, non-scalar
     result), naming the file and line.
     """
-    return GradientFunction(f, example_args, argnums)
+    return GradientFunction(f, example_args, argnums, cache)
 
 
 class _Lazy:

@@ -1,4 +1,5 @@
-"""Command line: ``tapejit dump FILE.py:FUNC --arg SPEC ... --stage STAGE``.
+"""Command line: ``tapejit dump FILE.py:FUNC --arg SPEC ... --stage STAGE``, ``tapejit stats ...``,
+``tapejit cache info|clear``.
 
 The stages are the pipeline's stages (:data:`tapejit.STAGES`): ``trace`` (forward graph), ``grad``
 (joint graph after reverse mode), ``opt`` (after the passes), ``plan`` (schedule + memory plan),
@@ -67,11 +68,28 @@ def _compile(ns):
     return tapejit.compile(fn, *args, argnums=argnums)
 
 
+def _cache(action: str) -> int:
+    from tapejit.api import object_cache
+
+    cache = object_cache(True)
+    if cache is None:
+        print("tapejit: the on-disk cache is disabled (TAPEJIT_CACHE=0)")
+        return 0
+    if action == "info":
+        info = cache.info()
+        print(f"directory: {info['directory']}\nentries:   {info['entries']}\nbytes:     {info['bytes']}")
+    else:
+        print(f"removed {cache.clear()} entries from {cache.directory}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from tapejit.api import STAGES
 
     p = argparse.ArgumentParser(prog="tapejit", description="Inspect tapejit's compilation stages.")
     sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("cache", help="inspect or clear the on-disk cache of compiled code")
+    c.add_argument("action", choices=("info", "clear"))
     for name, help in (("dump", "print one stage"), ("stats", "print compile statistics")):
         c = sub.add_parser(name, help=help)
         c.add_argument("target", help="FILE.py:FUNC")
@@ -80,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         if name == "dump":
             c.add_argument("--stage", choices=STAGES, default="grad")
     ns = p.parse_args(argv)
+    if ns.command == "cache":
+        return _cache(ns.action)
     try:
         grad = _compile(ns)
     except Exception as e:  # the CLI reports any failure as one line, exit status 1

@@ -2,8 +2,9 @@
 
 CSE: nodes are interned, so rebuilding a graph merges every pair of equal nodes; what interning
 alone misses is commutativity. :func:`cse` puts the operands of commutative ops in a canonical
-order (by first appearance in topological order) and rebuilds, so ``a*b`` and ``b*a`` become one
-node.
+order — by a structural digest of each operand's expression, so the order (and the generated
+code, and the on-disk cache key) is the same in every run and process — and rebuilds, so
+``a*b`` and ``b*a`` become one node.
 
 DCE: nodes that no output depends on are never in a graph (``Graph.nodes`` is what the outputs
 reach). What can go dead are *captured constants* no node reads any more (after folding):
@@ -12,6 +13,8 @@ reach). What can go dead are *captured constants* no node reads any more (after 
 
 from __future__ import annotations
 
+import hashlib
+
 from ..ir import Graph, Node
 from .rewrite import Rewriter
 
@@ -19,17 +22,36 @@ from .rewrite import Rewriter
 COMMUTATIVE = frozenset({"add", "mul", "maximum", "minimum", "eq", "ne", "and", "or"})
 
 
+def structural_key(n: Node, memo: dict[int, tuple[Node, bytes]]) -> bytes:
+    """A digest of ``n``'s whole expression (op, attributes, type, operands' digests; inputs by
+    position and name): equal for equal expressions, in every run and every process."""
+    stack = [n]
+    while stack:
+        m = stack[-1]
+        if id(m) in memo:
+            stack.pop()
+            continue
+        todo = [a for a in m.args if id(a) not in memo]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{m.op}|{m.attrs!r}|{m.type}|".encode())
+        for a in m.args:
+            h.update(memo[id(a)][1])
+        memo[id(m)] = (m, h.digest())
+    return memo[id(n)][1]
+
+
 def cse(g: Graph) -> tuple[Graph, dict]:
     """Canonical operand order for commutative ops, then re-intern; see the module docstring."""
-    rank: dict[int, int] = {}
+    keys: dict[int, tuple[Node, bytes]] = {}
 
     def rule(n: Node, rw: Rewriter) -> Node | None:
-        for a in n.args:
-            rank.setdefault(id(a), len(rank))
-        rank.setdefault(id(n), len(rank))
         if n.op in COMMUTATIVE:
             x, y = n.args
-            if rank[id(y)] < rank[id(x)]:
+            if structural_key(y, keys) < structural_key(x, keys):
                 return Node(n.op, (y, x), n.attrs, n.type)
         return None
 

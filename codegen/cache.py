@@ -1,0 +1,121 @@
+"""On-disk cache of compiled objects: one file per key, verified before use, replaced atomically.
+
+An entry is the machine code (an object file, as ``TargetMachine.emit_object`` writes it) and
+the optimised LLVM IR of one module. The key (:func:`cache_key`) is a SHA-256 over everything
+that decides the machine code: the unoptimised module text (which holds no process-specific
+address), a caller-supplied salt (tapejit's version), llvmlite's and LLVM's versions, and the
+target triple, CPU name and feature string.
+
+File format: ``MAGIC``, the SHA-256 of the payload (32 bytes), then the payload: the key as 64
+hex digits, an 8-byte little-endian length and that many bytes of object code, then the
+zlib-compressed optimised IR. :meth:`ObjectCache.load` returns ``None`` — a miss, and the next
+store replaces the file — for a missing, truncated, garbled or foreign entry (wrong magic,
+checksum or key), never loading it blindly. :meth:`ObjectCache.store` writes a temporary file in
+the same directory and renames it over the entry (atomic on POSIX and Windows), so processes
+compiling the same module at once each write a whole entry and readers never see half of one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+import tempfile
+import zlib
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as llvm
+
+from . import target
+
+MAGIC = b"TAPEJIT-OBJ-1\n"
+SUFFIX = ".tjo"
+
+
+def cache_key(module_text: str, salt: str) -> str:
+    """The hex SHA-256 key of a module for this toolchain and host (see the module docstring)."""
+    triple, cpu, features = target.host()
+    h = hashlib.sha256()
+    for part in (salt, llvmlite.__version__, str(llvm.llvm_version_info), triple, cpu, features):
+        h.update(part.encode())
+        h.update(b"\0")
+    h.update(module_text.encode())
+    return h.hexdigest()
+
+
+class ObjectCache:
+    """Compiled objects under ``directory`` (created on first store)."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.directory = Path(directory)
+
+    def path(self, key: str) -> Path:
+        return self.directory / f"{key}{SUFFIX}"
+
+    def load(self, key: str) -> tuple[bytes, str] | None:
+        """``(object code, optimised IR)`` of ``key``, or ``None`` if absent or not valid."""
+        try:
+            data = self.path(key).read_bytes()
+        except OSError:
+            return None
+        head = len(MAGIC) + 32
+        if len(data) < head + 64 + 8 or not data.startswith(MAGIC):
+            return None
+        payload = data[head:]
+        if hashlib.sha256(payload).digest() != data[len(MAGIC) : head]:
+            return None
+        if payload[:64].decode("ascii", "replace") != key:
+            return None
+        (n,) = struct.unpack_from("<Q", payload, 64)
+        obj = payload[72 : 72 + n]
+        if len(obj) != n:
+            return None
+        try:
+            ir_text = zlib.decompress(payload[72 + n :]).decode()
+        except (zlib.error, UnicodeDecodeError):
+            return None
+        return obj, ir_text
+
+    def store(self, key: str, obj: bytes, ir_text: str) -> None:
+        """Write the entry for ``key`` atomically; errors (read-only disk, ...) are ignored: a
+        cache that cannot be written only costs a recompile."""
+        payload = key.encode() + struct.pack("<Q", len(obj)) + obj + zlib.compress(ir_text.encode())
+        data = MAGIC + hashlib.sha256(payload).digest() + payload
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=SUFFIX, dir=self.directory)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, self.path(key))
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError:
+            pass
+
+    def entries(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(p for p in self.directory.iterdir() if p.suffix == SUFFIX and not p.name.startswith("."))
+
+    def info(self) -> dict:
+        """``{"directory", "entries", "bytes"}``."""
+        files = self.entries()
+        return {
+            "directory": str(self.directory),
+            "entries": len(files),
+            "bytes": sum(p.stat().st_size for p in files),
+        }
+
+    def clear(self) -> int:
+        """Remove every entry (and stale temporary files); returns the number of entries removed."""
+        removed = 0
+        if not self.directory.is_dir():
+            return 0
+        for p in self.directory.iterdir():
+            if p.suffix == SUFFIX:
+                removed += not p.name.startswith(".")
+                p.unlink(missing_ok=True)
+        return removed

@@ -1,0 +1,170 @@
+"""The on-disk cache of compiled objects: hits and misses, corruption, concurrent writers,
+bit-identical results, the switches, and the CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+from codegen.cache import MAGIC, ObjectCache, cache_key
+
+RNG = np.random.default_rng(3)
+
+
+def eam(x):
+    rho = np.sum(np.exp(-3.0 * (x + 1.0)))
+    return rho**2 + rho**3 + 0.25 * rho**4
+
+
+def _entry(cache):
+    (path,) = cache.entries()
+    return path
+
+
+def test_miss_then_hit_gives_bit_identical_results(tmp_path):
+    cache = ObjectCache(tmp_path)
+    x = RNG.random(37)
+    cold = tj.compile(eam, x, cache=cache)
+    warm = tj.compile(eam, x, cache=cache)
+    off = tj.compile(eam, x, cache=False)
+    assert (cold.stats["cache"], warm.stats["cache"], off.stats["cache"]) == ("miss", "hit", "off")
+    assert "llvm_opt" not in warm.stats["timings"] and "cache_load" in warm.stats["timings"]
+    for _ in range(3):
+        x = RNG.random(37)
+        np.testing.assert_array_equal(warm(x), cold(x))
+        np.testing.assert_array_equal(warm(x), off(x))
+    assert warm.ir("llvm-opt") == cold.ir("llvm-opt")
+    assert "vfmadd" in warm.ir("asm") or "mul" in warm.ir("asm")
+    assert cache.info()["entries"] == 1
+
+
+def test_a_different_program_is_a_different_entry(tmp_path):
+    cache = ObjectCache(tmp_path)
+    tj.compile(eam, RNG.random(10), cache=cache)
+    tj.compile(eam, RNG.random(11), cache=cache)
+    tj.compile(lambda x: np.sum(np.sin(x)), RNG.random(10), cache=cache)
+    assert cache.info()["entries"] == 3
+    assert cache_key("m", "tapejit-1") != cache_key("m", "tapejit-2")
+
+
+def _garble(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path):
+    path.write_bytes(path.read_bytes()[: len(MAGIC) + 40])
+
+
+def _foreign(path):
+    path.write_bytes(b"not a tapejit entry at all")
+
+
+def _other_key(path):
+    # a valid entry of another module stored under this key's name
+    other = tj.compile(lambda x: np.sum(np.cos(x)), RNG.random(5), cache=ObjectCache(path.parent / "o"))
+    (src,) = ObjectCache(path.parent / "o").entries()
+    path.write_bytes(src.read_bytes())
+    del other
+
+
+@pytest.mark.parametrize("damage", [_garble, _truncate, _foreign, _other_key])
+def test_a_damaged_entry_is_ignored_and_replaced(tmp_path, damage):
+    cache = ObjectCache(tmp_path)
+    x = RNG.random(16)
+    ref = tj.compile(eam, x, cache=cache)(x)
+    path = _entry(cache)
+    damage(path)
+    again = tj.compile(eam, x, cache=cache)
+    assert again.stats["cache"] == "miss"
+    np.testing.assert_array_equal(again(x), ref)
+    assert tj.compile(eam, x, cache=cache).stats["cache"] == "hit"  # replaced by a good entry
+
+
+def test_switches(tmp_path, monkeypatch):
+    x = RNG.random(8)
+    monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path / "env"))
+    assert tj.compile(eam, x).stats["cache"] == "miss"
+    assert tj.compile(eam, x).stats["cache"] == "hit"
+    assert tj.compile(eam, x, cache=False).stats["cache"] == "off"
+    assert tj.compile(eam, x, cache=str(tmp_path / "explicit")).stats["cache"] == "miss"
+    monkeypatch.setenv("TAPEJIT_CACHE", "0")
+    assert tj.compile(eam, x).stats["cache"] == "off"
+
+
+def test_unwritable_cache_only_costs_a_recompile(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache directory should be")
+    g = tj.compile(eam, RNG.random(8), cache=ObjectCache(blocker / "sub"))
+    assert g.stats["cache"] == "miss"
+    assert g(np.ones(8)).shape == (8,)
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, numpy as np, tapejit as tj
+    def eam(x):
+        rho = np.sum(np.exp(-3.0 * (x + 1.0)))
+        return rho**2 + rho**3 + 0.25 * rho**4
+    x = np.linspace(0.0, 1.0, 200)
+    g = tj.compile(eam, x)
+    np.save(sys.argv[1], g(x))
+    print(g.stats["cache"])
+    """
+)
+
+
+def test_two_processes_compiling_at_once(tmp_path):
+    env = {**os.environ, "TAPEJIT_CACHE_DIR": str(tmp_path / "c")}
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(tmp_path / f"g{i}.npy")], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), results
+    third = subprocess.run([sys.executable, str(script), str(tmp_path / "g2.npy")], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert third.stdout.strip() == "hit", third
+    gs = [np.load(tmp_path / f"g{i}.npy") for i in range(3)]
+    np.testing.assert_array_equal(gs[0], gs[1])
+    np.testing.assert_array_equal(gs[0], gs[2])
+    assert ObjectCache(tmp_path / "c").info()["entries"] == 1
+    assert not [p for p in (tmp_path / "c").iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_cli_cache_info_and_clear(tmp_path):
+    env = {**os.environ, "TAPEJIT_CACHE_DIR": str(tmp_path)}
+    tj.compile(eam, RNG.random(5), cache=ObjectCache(tmp_path))
+    run = lambda *a: subprocess.run([sys.executable, "-m", "tapejit.cli", "cache", *a],  # noqa: E731
+                                    env=env, capture_output=True, text=True, timeout=60)
+    info = run("info")
+    assert info.returncode == 0 and "entries:   1" in info.stdout and str(tmp_path) in info.stdout
+    cleared = run("clear")
+    assert cleared.returncode == 0 and "removed 1" in cleared.stdout
+    assert ObjectCache(tmp_path).info()["entries"] == 0
+
+
+def test_lazy_grad_compiles_once_per_signature():
+    g = tj.grad(eam)
+    x5, x6 = RNG.random(5), RNG.random(6)
+    a = g(x5)
+    first = g.specialisations[((5,),)]
+    np.testing.assert_array_equal(g(x5), a)
+    g(x6)
+    assert g.specialisations[((5,),)] is first and len(g.specialisations) == 2
+
+
+def test_generated_code_is_deterministic_within_a_process():
+    x = RNG.random(12)
+    a, b = tj.compile(eam, x, cache=False), tj.compile(eam, x, cache=False)
+    assert a.ir("llvm") == b.ir("llvm")
