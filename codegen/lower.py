@@ -34,6 +34,7 @@ I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 ELEM = {"f64": F64, "bool": I8}
+ELEM_REG = {"f64": F64, "bool": I1}  # a scalar in a register
 
 
 def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -113,16 +114,32 @@ class Lowering:
         if s.kind == "out":
             return self.fn.args[self.n_in + s.index]
         if s.kind == "alias":
-            return self.ptr(s.of)
+            base = self.ptr(s.of)
+            return self.b.gep(base, [I64(s.index)], inbounds=True) if s.index else base
         raw = self.b.gep(self.fn.args[-1], [I64(s.index)], inbounds=True)
         return self.b.bitcast(raw, ELEM[n.dtype].as_pointer())
 
+    def gather_source(self, n: Node) -> tuple[ir.Value, int, tuple[int, ...]]:
+        """(pointer, element offset, strides) at which gather ``n`` reads its operand."""
+        offset, strides = gather_affine(n)
+        return self.ptr(n.args[0]), offset, strides
+
+    def scatter_target(self, n: Node) -> tuple[ir.Value, int, tuple[int, ...]]:
+        """(pointer, element offset, strides) at which scatter-add ``n`` updates its result."""
+        offset, strides = ops.index_affine(n.shape, n.attrs)
+        return self.ptr(n), offset, strides
+
     def physical(self, n: Node):
         """The slot of the buffer ``n`` lives in (aliases resolved)."""
-        s = self.prog.slots.get(id(n))
+        return self.location(n)[0]
+
+    def location(self, n: Node):
+        """(slot of ``n``'s buffer, element offset of ``n`` in it), aliases resolved."""
+        s, off = self.prog.slots.get(id(n)), 0
         while s is not None and s.kind == "alias":
+            off += s.index
             s = self.prog.slots.get(id(s.of))
-        return s
+        return s, off
 
     def _load_elem(self, p, idx, dtype):
         v = self.b.load(self.b.gep(p, [idx], inbounds=True))
@@ -207,13 +224,15 @@ class Lowering:
 
     # -- driver -------------------------------------------------------------------------------
     def run(self) -> ir.Module:
+        self.kernel_fns: dict[str, tuple[ir.Function, list[int]]] = {}
         for k in self.prog.kernels:
             for n in k.pre:
                 self.node(n)
-            if k.body:
-                _lower_loop(self, k)
-            if k.op is not None:
-                self.node(k.op)
+            if k.body or k.op is not None:
+                self.call_kernel(k)
+        for fn, calls in self.kernel_fns.values():
+            if calls[0] > 1:  # shared by several sites: keep one copy (compile time stays linear)
+                fn.attributes.add("noinline")
         g = self.prog.graph
         for k, o in enumerate(g.outputs):
             dst = self.fn.args[self.n_in + k]
@@ -223,6 +242,30 @@ class Lowering:
             self.copy_into(self.fn.args[self.n_in + k], o)
         self.b.ret(I32(0))
         return self.module
+
+    def call_kernel(self, k) -> None:
+        """Emit loop kernel ``k`` as a call to its kernel function, emitting that function the
+        first time a kernel of its structure is seen (see :class:`KernelFunction`)."""
+        face = Interface(self, k)
+        hit = self.kernel_fns.get(face.key)
+        if hit is None:
+            name = f"{self.fn.name}.k{len(self.kernel_fns)}"
+            hit = self.kernel_fns[face.key] = (KernelFunction(self, k, face, name).fn, [0])
+        fn, calls = hit
+        calls[0] += 1
+        b = self.b
+        gather_params = {i: off for i, off in zip(face.gathers.values(), face.gather_offsets)}
+        args = []
+        for i, (n, ty) in enumerate(zip(face.ptr_nodes, fn.function_type.args)):
+            p = self.ptr(n)
+            if i in gather_params:
+                p = b.gep(p, [I64(gather_params[i])], inbounds=True)
+            args.append(b.bitcast(p, ty))
+        args += [self.load(n, None) for n in face.scalars]
+        results = [self.accumulator(0.0) for _ in face.results]
+        b.call(fn, args + results)
+        for n, r in zip(face.results, results):
+            self.regs[id(n)] = b.load(r)
 
     def node(self, n: Node) -> None:
         """Lower one node by its group's rule (straight-line code or its own loop nest)."""
@@ -234,6 +277,118 @@ class Lowering:
     def _as_f64(self, n: Node) -> ir.Value:
         v = self.load(n, I64(0))
         return self.b.uitofp(v, F64) if n.dtype == "bool" else v
+
+
+class Interface:
+    """The parameters of a loop kernel as a function, and its structural key.
+
+    Parameters: one pointer per distinct buffer the kernel reads or writes (``ptr_nodes``, a
+    representative node each), one value per scalar it reads from outside (``scalars``), and
+    one result pointer per full reduction it computes (``results``). The key spells the
+    kernel's ops, attributes, types, space and operand wiring in terms of these parameters, so
+    kernels that differ only in which buffers they touch share one key, hence one function.
+    """
+
+    def __init__(self, L: "Lowering", k):
+        self.ptr_nodes: list[Node] = []
+        self.gather_offsets: list[int] = []  # element offset added to each gather's pointer
+        self.scalars: list[Node] = []
+        self.results: list[Node] = []
+        bufs: dict[tuple, int] = {}
+        regs: dict[int, int] = {}
+        nodes = list(k.body) if k.body else [k.op]
+        local = {id(n): i for i, n in enumerate(nodes)}
+
+        def buf(n: Node) -> int:
+            phys, off = L.location(n)
+            key = ("buf", phys.kind, phys.index, off, n.dtype)
+            if key not in bufs:
+                bufs[key] = len(self.ptr_nodes)
+                self.ptr_nodes.append(n)
+            return bufs[key]
+
+        def ref(a: Node) -> str:
+            if id(a) in local and k.body:
+                return f"b{local[id(a)]}"
+            if a.op == "const":
+                return f"c{a.attrs[0]!r}:{a.type}"
+            if a.shape == ():
+                if id(a) not in regs:
+                    regs[id(a)] = len(self.scalars)
+                    self.scalars.append(a)
+                return f"s{regs[id(a)]}:{a.dtype}"
+            return f"p{buf(a)}:{a.type}"
+
+        self.gathers: dict[int, int] = {}  # id(gather node) -> its pointer parameter
+
+        parts = [f"space={k.space} op={k.op is not None}"]
+        for n in nodes:
+            if k.op is n and n.op == "scatter_add" and L.location(n) == L.location(n.args[0]):
+                # in place: the caller passes the address of the updated block
+                offset, strides = ops.index_affine(n.shape, n.attrs)
+                self.gathers[id(n)] = len(self.ptr_nodes)
+                self.ptr_nodes.append(n)
+                self.gather_offsets.append(offset)
+                line = f"scatter_add|{n.type}|{strides}|" + ref(n.args[1]) + f">g{self.gathers[id(n)]}"
+                parts.append(line)
+                continue
+            if k.body and n.op in ("index", "transpose", "broadcast_to") and n.args[0].shape != ():
+                # the caller passes the operand's address plus the gather's offset, so gathers
+                # that differ only in where they start share one kernel function
+                offset, strides = gather_affine(n)
+                self.gathers[id(n)] = len(self.ptr_nodes)
+                self.ptr_nodes.append(n.args[0])
+                self.gather_offsets.append(offset)
+                line = f"gather|{n.type}|{strides}|{n.args[0].dtype}<g{self.gathers[id(n)]}"
+            else:
+                line = f"{n.op}|{n.attrs!r}|{n.type}|" + ",".join(ref(a) for a in n.args)
+            if id(n) in L.prog.slots:
+                line += f">p{buf(n)}"
+            if n.shape == () and n.op in ops.REDUCE:
+                line += f">r{len(self.results)}"
+                self.results.append(n)
+            parts.append(line)
+        self.key = "\n".join(parts)
+
+
+class KernelFunction:
+    """Emits one loop kernel as an internal function ``void name(ptrs..., scalars...,
+    results...)``; the loop body is lowered by the same rules as everywhere else."""
+
+    def __init__(self, outer: "Lowering", k, face: Interface, name: str):
+        params = [ELEM[n.dtype].as_pointer() for n in face.ptr_nodes]
+        params += [ELEM_REG[n.dtype] for n in face.scalars]
+        params += [F64.as_pointer() for _ in face.results]
+        self.fn = ir.Function(outer.module, ir.FunctionType(ir.VoidType(), params), name=name)
+        self.fn.linkage = "internal"
+        self.fn.attributes.add("nounwind")
+        for a in self.fn.args[: len(face.ptr_nodes)]:
+            a.add_attribute("noalias")
+        L = Lowering.__new__(Lowering)
+        L.prog, L.module, L.fn, L.n_in = outer.prog, outer.module, self.fn, outer.n_in
+        L.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        L.regs = {id(n): self.fn.args[len(face.ptr_nodes) + i] for i, n in enumerate(face.scalars)}
+        gather_params = set(face.gathers.values())
+        def where(n):
+            phys, off = outer.location(n)
+            return phys.kind, phys.index, off, n.dtype
+
+        bufs = {where(n): self.fn.args[i] for i, n in enumerate(face.ptr_nodes) if i not in gather_params}
+        L.ptr = lambda n: bufs[where(n)]
+        L.gather_source = lambda n: (self.fn.args[face.gathers[id(n)]], 0, gather_affine(n)[1])
+        L.scatter_target = lambda n: (
+            (self.fn.args[face.gathers[id(n)]], 0, ops.index_affine(n.shape, n.attrs)[1])
+            if id(n) in face.gathers
+            else Lowering.scatter_target(L, n)
+        )
+        if k.body:
+            _lower_loop(L, k)
+        else:
+            L.node(k.op)
+        base = len(face.ptr_nodes) + len(face.scalars)
+        for i, n in enumerate(face.results):
+            L.b.store(L.regs[id(n)], self.fn.args[base + i])
+        L.b.ret_void()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -310,12 +465,12 @@ def _lower_index(L: Lowering, n: Node) -> None:
     if n.op == "index":
         return _lower_shape(L, n)
     acc, upd = n.args
-    if L.physical(n) != L.physical(acc):  # not in place: start from a copy of acc
+    if L.location(n) != L.location(acc):  # not in place: start from a copy of acc
         L.copy_into(L.ptr(n), acc)
-    offset, strides = ops.index_affine(acc.shape, n.attrs)
+    base, offset, strides = L.scatter_target(n)
     b = L.b
     with L.nest(upd.shape) as idx:
-        p = b.gep(L.ptr(n), [L.affine(idx, offset, strides)], inbounds=True)
+        p = b.gep(base, [L.affine(idx, offset, strides)], inbounds=True)
         u = L.load(upd, L.flat(idx, upd.shape) if idx else None)
         b.store(b.fadd(b.load(p), u), p)
 
@@ -367,8 +522,8 @@ def _lower_loop(L: Lowering, k) -> None:
             elif n.op in ("broadcast_to", "reshape") and n.args[0].shape == ():
                 v = val(n.args[0])
             elif n in gathers:
-                offset, strides = gather_affine(n)
-                v = L.load(n.args[0], L.affine(idx, offset, strides))
+                base, offset, strides = L.gather_source(n)
+                v = L._load_elem(base, L.affine(idx, offset, strides), n.dtype)
             elif id(n) in accs:
                 acc = accs[id(n)]
                 x = val(n.args[0])

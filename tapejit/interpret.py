@@ -69,7 +69,7 @@ def run_program(prog: Program, args: Sequence[Any]) -> list[np.ndarray]:
     def view(n: Node) -> np.ndarray:
         s = prog.slots[id(n)]
         if s.kind == "alias":
-            return view(s.of).reshape(n.shape)
+            return view(s.of).reshape(-1)[s.index : s.index + n.type.size].reshape(n.shape)
         if s.kind == "arg":
             return env[id(g.inputs[s.index])]
         if s.kind == "out":
@@ -92,7 +92,7 @@ def run_program(prog: Program, args: Sequence[Any]) -> list[np.ndarray]:
         if n.op == "scatter_add":
             acc, upd = n.args
             dst = view(n)
-            if prog.slots[id(n)] != _physical(prog, acc):
+            if _location(prog, n) != _location(prog, acc):
                 dst[...] = view(acc)
             dst[ops._np_items(n.attrs)] += read(upd, local)
             return None
@@ -163,11 +163,13 @@ def _run_loop(prog: Program, k, env, view, read) -> None:
         env[i] = np.asarray(v)
 
 
-def _physical(prog: Program, n: Node):
-    s = prog.slots.get(id(n))
+def _location(prog: Program, n: Node):
+    """(slot of ``n``'s buffer, element offset of ``n`` in it), aliases resolved."""
+    s, off = prog.slots.get(id(n)), 0
     while s is not None and s.kind == "alias":
+        off += s.index
         s = prog.slots.get(id(s.of))
-    return s
+    return s, off
 
 
 def _put(prog: Program, env, view, n: Node, value) -> None:

@@ -279,8 +279,8 @@ class Slot:
     """Where an array value lives at run time.
 
     kind ``arg``: the caller's i-th input array; ``out``: the caller's i-th output array;
-    ``ws``: ``offset`` bytes into the workspace; ``alias``: the same memory as ``of`` (a node),
-    used by reshape and in-place updates.
+    ``ws``: ``index`` bytes into the workspace; ``alias``: the memory of ``of`` (a node) from
+    element ``index`` on (reshapes and contiguous slices).
     """
 
     kind: str
@@ -345,7 +345,7 @@ class Program:
                 "arg": f"arg[{s.index}]",
                 "out": f"out[{s.index}]",
                 "ws": f"ws+{s.index}",
-                "alias": f"alias of {names.get(id(s.of), '?')}",
+                "alias": f"alias of {names.get(id(s.of), '?')}" + (f"+{s.index}" if s.index else ""),
             }[s.kind]
 
         for j, k in enumerate(self.kernels):

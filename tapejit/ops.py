@@ -185,6 +185,17 @@ def index_affine(shape: tuple[int, ...], items: tuple) -> tuple[int, tuple[int, 
     return offset, tuple(out)
 
 
+def index_view_offset(shape: tuple[int, ...], items: tuple) -> int | None:
+    """Element offset of ``x[items]`` when it is one contiguous block of C-contiguous ``x`` (so
+    it can alias ``x`` instead of being copied), else ``None``."""
+    out_shape = index_shape(shape, items)
+    offset, strides = index_affine(shape, items)
+    want = [math.prod(out_shape[i + 1 :]) for i in range(len(out_shape))]
+    if all(d == 1 or s == w for d, s, w in zip(out_shape, strides, want)):
+        return offset
+    return None
+
+
 def _index(types, attrs):
     (t,) = types
     return Type(index_shape(t.shape, attrs), t.dtype)

@@ -243,31 +243,46 @@ def lift(x: Any) -> Tracer:
 
 
 # Concrete values by node id, for nodes built through ops.* builders that the tracer did not
-# emit itself (e.g. broadcast_to inserted by a builder). Cleared at the end of each trace.
-_values: dict[int, Any] = {}
+# emit itself (e.g. broadcast_to inserted by a builder): id -> (node, value); the node is kept so
+# that its id cannot be reused by another node during the trace. Cleared at the end of each trace.
+_values: dict[int, tuple[Node, Any]] = {}
+
+
+def _value(n: Node) -> Any:
+    return _values[id(n)][1]
 
 
 def _wrap(node: Node) -> Tracer:
-    """Tracer for a node built by an ops builder, evaluating any intermediate nodes it made."""
-    if id(node) not in _values:
-        for n in ir.toposort([node]):
-            if id(n) not in _values:
-                if n.op == "const":
-                    _values[id(n)] = np.full(n.shape, n.attrs[0], dtype=ir.NUMPY_DTYPE[n.dtype])
-                elif n.op == "input":
-                    raise TracingError(f"internal: value of input {n.attrs} missing")
-                else:
-                    with np.errstate(all="ignore"):
-                        _values[id(n)] = ops.OPS[n.op].ref(
-                            n.attrs, *(_values[id(a)] for a in n.args)
-                        )
-    return Tracer(node, _values[id(node)])
+    """Tracer for a node built by an ops builder, evaluating any intermediate nodes it made.
+
+    Visits only the nodes not evaluated yet (the new ones), so tracing stays linear in the
+    number of operations."""
+    stack = [node]
+    while stack:
+        n = stack[-1]
+        if id(n) in _values:
+            stack.pop()
+            continue
+        todo = [a for a in n.args if id(a) not in _values]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        if n.op == "const":
+            value = np.full(n.shape, n.attrs[0], dtype=ir.NUMPY_DTYPE[n.dtype])
+        elif n.op == "input":
+            raise TracingError(f"internal: value of input {n.attrs} missing")
+        else:
+            with np.errstate(all="ignore"):
+                value = ops.OPS[n.op].ref(n.attrs, *(_value(a) for a in n.args))
+        _values[id(n)] = (n, value)
+    return Tracer(node, _value(node))
 
 
 def _build(fn: Callable[..., Node], *xs: Any, **kw) -> Tracer:
     ts = [lift(x) for x in xs]
     for t in ts:
-        _values.setdefault(id(t.node), t.value)
+        _values.setdefault(id(t.node), (t.node, t.value))
     try:
         node = fn(*(t.node for t in ts), **kw)
     except (ValueError, TypeError, IndexError) as e:
@@ -524,7 +539,7 @@ def trace(f: Callable, args: Sequence[Any], argnums: Sequence[int]) -> Graph:
     saved = dict(_values)
     _values.clear()
     for t in tracers:
-        _values[id(t.node)] = t.value
+        _values[id(t.node)] = (t.node, t.value)
     try:
         result = f(*tracers)
         out = lift(result) if not isinstance(result, Tracer) else result

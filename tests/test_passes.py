@@ -354,3 +354,43 @@ def test_inactive_argument_backward_work_does_not_grow():
         np.testing.assert_array_equal(g(x, cc), expected)
         works.append(g.stats["work"])
     assert works[0] == works[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Structure that keeps compile time linear: views instead of copies, one function per kernel shape
+
+
+def _layered(depth, width=8):
+    def f(params, x):
+        h = x
+        for v in range(depth):
+            base = v * (width * width + width)
+            w = params[base : base + width * width].reshape(width, width)
+            b = params[base + width * width : base + width * width + width]
+            h = np.tanh(w @ h + b)
+        return np.sum(h)
+
+    return f, RNG.normal(0, 0.3, depth * (width * width + width)), RNG.normal(0, 1, width)
+
+
+def test_contiguous_slices_are_views_not_copies():
+    f, p, x = _layered(3)
+    joint, opt, prog = _pipeline(f, p, x, argnums=(0, 1))
+    slices = [n for n in opt.nodes if n.op == "index" and n.shape != ()]
+    assert slices and all(prog.slots[id(n)].kind == "alias" for n in slices)
+    _check_plan(joint, prog, [p, x])
+
+
+def test_identical_kernels_are_emitted_once():
+    counts = {}
+    for depth in (4, 12):
+        f, p, x = _layered(depth)
+        g = tj.compile(f, p, x, argnums=(0, 1), cache=False)
+        text = g.ir("llvm")
+        counts[depth] = (text.count("define internal void"), text.count("call void"))
+        gp, gx = g(p, x)
+        d, e, h = RNG.normal(size=p.shape), RNG.normal(size=x.shape), 1e-6
+        fd = (f(p + h * d, x + h * e) - f(p - h * d, x - h * e)) / (2 * h)
+        assert gp @ d + gx @ e == pytest.approx(fd, rel=1e-6, abs=1e-8)
+    assert counts[12][1] > 2 * counts[4][1]  # three times the kernel calls ...
+    assert counts[12][0] <= counts[4][0] + 2  # ... but (about) the same kernel functions

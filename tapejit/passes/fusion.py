@@ -15,7 +15,8 @@ Placement (greedy, in topological order, each node as early as its operands allo
   ready. An operand computed in the same loop is read in the same iteration, so the chain needs
   no temporary; a reduction's result, or a gathered operand, is ready only after its loop;
 * other ops (``matmul``, partial reductions, scatters of arrays) get a loop nest of their own;
-* ``reshape`` of an array computes nothing: it aliases its operand.
+* ``reshape`` of an array, and indexing that selects one contiguous block (``p[a:b]``,
+  ``m[i]``), compute nothing: they alias their operand (a view at an element offset).
 
 Reuse or recompute: a value computed in one loop and read elementwise by a later loop is either
 kept in memory (a store, later a load, a buffer) or recomputed in the later loop. The cost rule:
@@ -31,6 +32,7 @@ op, an own-loop op or a reshape, or is read by a loop other than its own and not
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from .. import ops
@@ -45,6 +47,11 @@ OP_COST: dict[str, int] = {
 #: Recompute a value in a later loop when its recomputation costs at most this much.
 RECOMPUTE_BUDGET = 2
 
+#: Most nodes one fused loop takes. Independent work over one space (say, the weight slices of
+#: every layer) would otherwise pile into one loop whose size grows with the model; capped, it
+#: becomes a run of identical loops that codegen emits once (compile time stays linear).
+MAX_BODY = 64
+
 _EW_GROUPS = ("unary", "binary", "compare", "logical", "select", "cast")
 
 
@@ -52,9 +59,20 @@ def op_cost(n: Node) -> int:
     return 0 if n.op == "const" else OP_COST.get(n.op, 1)
 
 
+_classes: "weakref.WeakKeyDictionary[Node, str]" = weakref.WeakKeyDictionary()
+
+
 def classify(n: Node) -> str:
     """How ``n`` is scheduled: ``leaf``, ``scalar``, ``point``, ``body``, ``gather``,
-    ``reduce``, ``alias`` or ``op`` (see the module docstring)."""
+    ``reduce``, ``alias`` or ``op`` (see the module docstring). Nodes are immutable, so the
+    answer is remembered for as long as the node lives."""
+    c = _classes.get(n)
+    if c is None:
+        c = _classes[n] = _classify(n)
+    return c
+
+
+def _classify(n: Node) -> str:
     if n.op in ("input", "const"):
         return "leaf"
     group = ops.OPS[n.op].group
@@ -67,6 +85,8 @@ def classify(n: Node) -> str:
         return "point" if n.shape == () else "alias"
     if n.op == "broadcast_to":
         return "body" if n.args[0].shape == () else "gather"
+    if n.op == "index" and n.shape != () and ops.index_view_offset(n.args[0].shape, n.attrs) is not None:
+        return "alias"  # a contiguous block: a view at an offset, no copy
     if n.op in ("index", "transpose"):
         return "point" if n.shape == () else "gather"
     if group == "reduce":
@@ -85,8 +105,14 @@ def reads_elementwise(user_cls: str) -> bool:
     return user_cls in ("body", "reduce")
 
 
+def alias_offset(n: Node) -> int:
+    """Element offset of alias ``n`` in its operand's buffer (0 for a reshape)."""
+    return ops.index_view_offset(n.args[0].shape, n.attrs) if n.op == "index" else 0
+
+
 def alias_root(n: Node) -> Node:
-    while n.op == "reshape" and classify(n) == "alias":
+    """The node whose buffer ``n`` lives in (through reshapes and contiguous slices)."""
+    while n.op in ("reshape", "index") and classify(n) == "alias":
         n = n.args[0]
     return n
 
@@ -136,7 +162,10 @@ def fuse(g: Graph) -> Schedule:
 
     def avail(a: Node, elementwise: bool) -> int:
         """First kernel index at which a user may read ``a``."""
-        a = alias_root(a)
+        root = alias_root(a)
+        if root is not a:
+            elementwise = False  # a view is read from memory, after the loop that stores it
+        a = root
         if id(a) not in home:
             return 0  # an input or an immediate constant
         k, stage = home[id(a)]
@@ -173,7 +202,9 @@ def fuse(g: Graph) -> Schedule:
         space = space_of(n, c)
         k = ready
         while k < len(kernels) and (
-            kernels[k].op is not None or kernels[k].space not in (None, space)
+            kernels[k].op is not None
+            or kernels[k].space not in (None, space)
+            or len(kernels[k].body) >= MAX_BODY
         ):
             k += 1
         kern = kernel(k)

@@ -3,7 +3,8 @@
 :func:`plan` fuses the graph into kernels (:mod:`.fusion`), then gives every value that must live
 in memory a :class:`~tapejit.ir.Slot`:
 
-* inputs are read in place (``arg``); ``reshape`` of an array aliases its operand;
+* inputs are read in place (``arg``); ``reshape`` of an array and a contiguous slice alias
+  their operand (``alias``, at an element offset);
 * *liveness*: each kernel step has a time (each straight-line node its own, a whole fused loop
   one); a buffer is live from the step that writes it to the last step that reads it (through
   aliases too), outputs to the end;
@@ -28,7 +29,7 @@ from __future__ import annotations
 import math
 
 from ..ir import Graph, Node, Program, Slot
-from .fusion import Schedule, alias_root, classify, fuse
+from .fusion import Schedule, alias_offset, alias_root, classify, fuse
 
 ALIGN = 64
 END = math.inf
@@ -98,21 +99,37 @@ def plan(g: Graph) -> Program:
     # In-place reuse.
     classes = _Classes()
     claimed: set[int] = set()
+    hazards: dict[float, set[int]] = {}
     for t, n, stage in steps:
         if n.op == "scatter_add" and id(n) in mat:
             acc, upd = n.args
             r = id(alias_root(acc))
-            if _dies_at(r, t, last, mat, outputs, claimed) and id(alias_root(upd)) != r:
+            if (
+                _dies_at(r, t, last, mat, outputs, claimed)
+                and id(alias_root(upd)) != r
+                and _view_offset(acc) == 0
+                and byid[r].type.size == acc.type.size
+            ):
                 classes.union(id(n), r)
                 claimed.add(r)
         elif stage == "body" and id(n) in mat and define[id(n)] == t:
-            gathered = {
-                id(alias_root(x.args[0])) for x in bodies[t] if classify(x) == "gather"
-            }
+            gathered = hazards.get(t)
+            if gathered is None:
+                # buffers this loop reads at other elements than its own: through a gather, or
+                # through a view at an offset; writing over them in place would be a hazard
+                gathered = hazards[t] = {
+                    id(alias_root(x.args[0])) for x in bodies[t] if classify(x) == "gather"
+                } | {
+                    id(alias_root(a))
+                    for x in bodies[t]
+                    for a in x.args
+                    if classify(a) == "alias" and _view_offset(a) != 0
+                }
             for a in n.args:
                 r = id(alias_root(a))
                 if (
                     a.shape == n.shape
+                    and byid[r].type.size == n.type.size
                     and byid[r].dtype == n.dtype
                     and r not in gathered
                     and _dies_at(r, t, last, mat, outputs, claimed)
@@ -148,7 +165,7 @@ def plan(g: Graph) -> Program:
             slots[i] = slot
     for n in nodes:
         if classify(n) == "alias":
-            slots[id(n)] = Slot("alias", of=n.args[0])
+            slots[id(n)] = Slot("alias", alias_offset(n), of=n.args[0])
 
     prog = Program(g, sched.kernels, slots, tuple(copies), workspace, {})
     prog.stats.update(
@@ -159,6 +176,15 @@ def plan(g: Graph) -> Program:
         work=work(prog),
     )
     return prog
+
+
+def _view_offset(n: Node) -> int:
+    """Element offset of ``n`` in its root buffer (0 unless reached through a slice view)."""
+    off = 0
+    while classify(n) == "alias":
+        off += alias_offset(n)
+        n = n.args[0]
+    return off
 
 
 def _dies_at(r: int, t: float, last, mat, outputs, claimed) -> bool:
@@ -212,7 +238,7 @@ def _scatter_copies(prog: Program) -> int:
 def _in_place(prog: Program, n: Node) -> bool:
     a = prog.slots.get(id(n))
     b = prog.slots.get(id(alias_root(n.args[0])))
-    return a is not None and a == b
+    return a is not None and a == b and _view_offset(n.args[0]) == 0
 
 
 def work(prog: Program) -> int:
