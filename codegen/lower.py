@@ -7,7 +7,8 @@ The generated function has the C signature (documented for callers in :mod:`code
 with one pointer per graph input (runtime arguments, then captured constants; ``T`` is ``double``
 or, for bool constants, ``uint8_t``), one per output (the value, then each gradient; a scalar
 output is one ``double``), and the workspace of ``Program.workspace_bytes`` bytes (64-byte
-aligned). It returns 0 on success. It never calls malloc/free: all memory is the caller's.
+aligned). It returns 0 on success, or k > 0 when guard k failed — before any output was
+written. It never calls malloc/free: all memory is the caller's.
 
 Lowering is table-driven: :data:`EMIT` gives the scalar instruction(s) of every elementwise op,
 :data:`LOWER` the lowering of every other op group. Array ops stay *rolled* loops (vectorised by
@@ -225,9 +226,14 @@ class Lowering:
     # -- driver -------------------------------------------------------------------------------
     def run(self) -> ir.Module:
         self.kernel_fns: dict[str, tuple[ir.Function, list[int]]] = {}
+        checks: dict[int, list[tuple[int, bool]]] = {}
+        for status, (c, expected, _) in enumerate(self.prog.graph.guards, start=1):
+            checks.setdefault(id(c), []).append((status, expected))
         for k in self.prog.kernels:
             for n in k.pre:
                 self.node(n)
+                for status, expected in checks.get(id(n), ()):
+                    self.guard(n, expected, status)
             if k.body or k.op is not None:
                 self.call_kernel(k)
         for fn, calls in self.kernel_fns.values():
@@ -242,6 +248,20 @@ class Lowering:
             self.copy_into(self.fn.args[self.n_in + k], o)
         self.b.ret(I32(0))
         return self.module
+
+    def guard(self, cond: Node, expected: bool, status: int) -> None:
+        """Return ``status`` now unless ``cond`` has the value the trace saw (guards are
+        checked before any output is written: see the memory plan)."""
+        b = self.b
+        ok = self.load(cond, None)
+        if not expected:
+            ok = b.xor(ok, I1(1))
+        fail = self.fn.append_basic_block(f"guard{status}.fail")
+        cont = self.fn.append_basic_block(f"guard{status}.ok")
+        b.cbranch(ok, cont, fail)
+        b.position_at_end(fail)
+        b.ret(I32(status))
+        b.position_at_end(cont)
 
     def call_kernel(self, k) -> None:
         """Emit loop kernel ``k`` as a call to its kernel function, emitting that function the

@@ -8,7 +8,7 @@
 See README.md for the pipeline and DESIGN notes; every stage prints with ``grad.ir(stage)``.
 """
 
-from .api import STAGES, GradientFunction, compile, grad, value_and_grad
+from .api import STAGES, GradientFunction, GuardError, GuardWarning, compile, grad, value_and_grad
 from .ir import VerifyError
 from .ops import RuleError
 from .tracing import TracingError, where
@@ -18,6 +18,8 @@ __version__ = "0.1.0"
 __all__ = [
     "STAGES",
     "GradientFunction",
+    "GuardError",
+    "GuardWarning",
     "RuleError",
     "TracingError",
     "VerifyError",

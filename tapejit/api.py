@@ -12,6 +12,7 @@ import functools
 import os
 import threading
 import time
+import warnings
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -92,6 +93,15 @@ class _Buffers:
         self.value = np.zeros((), dtype=np.float64)
 
 
+class GuardError(RuntimeError):
+    """An input takes another path through Python control flow than the compiled gradient was
+    traced for, and ``on_guard_failure="raise"`` was chosen. Names the guard's source line."""
+
+
+class GuardWarning(RuntimeWarning):
+    """A gradient keeps recompiling because its guards keep failing."""
+
+
 def _dims(shape: tuple[int, ...]) -> str:
     return ", ".join(map(str, shape)) if shape else ""
 
@@ -135,14 +145,24 @@ class GradientFunction(functools.partial):
         example_args: Sequence[Any],
         argnums: int | Sequence[int] = 0,
         cache: bool | str | os.PathLike | ObjectCache = True,
+        on_guard_failure: str = "recompile",
+        max_specialisations: int = 8,
+        _owner: "GradientFunction | None" = None,
     ):
         if not callable(f):
             raise TypeError(f"compile() needs a callable, got {type(f).__name__}")
         if not example_args:
             raise TypeError("compile() needs at least one example argument to specialise on")
+        if on_guard_failure not in ("recompile", "raise"):
+            raise ValueError(f"on_guard_failure must be 'recompile' or 'raise', got {on_guard_failure!r}")
+        if not isinstance(max_specialisations, int) or max_specialisations < 1:
+            raise ValueError(f"max_specialisations must be an int >= 1, got {max_specialisations!r}")
         nums = _normalise_argnums(argnums, len(example_args))
         t0 = time.perf_counter()
         trace = tracing.trace(f, example_args, nums)
+        self._argnums_spec = argnums
+        self._cache_spec = cache
+        self._init_dispatch(_owner, on_guard_failure, max_specialisations)
         self._build(
             trace, f, not isinstance(argnums, int), time.perf_counter() - t0, object_cache(cache)
         )
@@ -154,8 +174,68 @@ class GradientFunction(functools.partial):
         """Compile a forward graph built directly with :mod:`tapejit.ops` (its active inputs are
         differentiated). Used by tests that sweep the op table."""
         self = cls.__new__(cls)
+        self._init_dispatch(None, "raise", 1)
         self._build(trace, None, tuple_result, 0.0, object_cache(cache))
         return self
+
+    # -- guards and specialisations ------------------------------------------------------------
+    def _init_dispatch(self, owner, on_guard_failure: str, max_specialisations: int) -> None:
+        self._owner = self if owner is None else owner
+        if owner is None:
+            self.on_guard_failure = on_guard_failure
+            self.max_specialisations = max_specialisations
+            self._variants: list[GradientFunction] = [self]  # most recently used first
+            self._compiles = 1
+            self._warned = False
+
+    @property
+    def specialisations(self) -> list[dict[str, Any]]:
+        """The compiled variants, most recently used first: for each, the guards it was traced
+        under (``source`` file:line and the ``outcome`` taken) and its ``stats``."""
+        return [
+            {"guards": [{"source": w, "outcome": e} for _, e, w in v._guards], "stats": v.stats}
+            for v in self._owner._variants
+        ]
+
+    def _guard_failed(self, failed: "GradientFunction", status: int, args: tuple, out: Any):
+        """A call whose input takes another path than ``failed`` was traced for: run a cached
+        variant whose guards hold, or retrace with this input and compile a new one."""
+        _, expected, where = failed._guards[status - 1]
+        if self.on_guard_failure == "raise" or self.fn is None:
+            raise GuardError(
+                f"{self.name}: guard {status} at {where} was compiled for the outcome {expected}, "
+                "and this input takes the other path; compile with on_guard_failure='recompile' "
+                "(the default), or make the choice branch-free with tapejit.where(cond, a, b)"
+            )
+        for v in self._variants:
+            if v is not failed:
+                r = v._call(args, out, dispatch=False)
+                if r is not None:
+                    self._promote(v)
+                    return r
+        v = GradientFunction(self.fn, args, self._argnums_spec, self._cache_spec, _owner=self)
+        self._compiles += 1
+        self._variants.insert(0, v)
+        del self._variants[self.max_specialisations :]
+        if self._compiles > self.max_specialisations and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"{self.name} has been compiled {self._compiles} times because guards failed "
+                f"(Python control flow on traced values, e.g. at {where}); consider "
+                "tapejit.where(cond, a, b), which has no guard",
+                GuardWarning,
+                stacklevel=4,
+            )
+        r = v._call(args, out, dispatch=False)
+        if r is None:
+            raise RuntimeError(f"{self.name}: a variant traced for this input failed its own guard")
+        self._promote(v)
+        return r
+
+    def _promote(self, v: "GradientFunction") -> None:
+        self._variants.remove(v) if v in self._variants else None
+        self._variants.insert(0, v)
+        functools.partial.__setstate__(self, (v._entry, (), {}, self.__dict__))
 
     def _build(
         self, trace: Graph, f: Callable | None, tuple_result: bool, t_trace: float, cache: ObjectCache | None
@@ -222,6 +302,8 @@ class GradientFunction(functools.partial):
                 [c.ctypes.data for c in self._consts],
             )
             entry = _fastcall.make_builtin(address, self._slow_call, self.name, self._keepalive)
+        self._entry = entry
+        self._guards = trace.guards
         functools.partial.__setstate__(self, (entry, (), {}, self.__dict__))
         self._tls = _Workspace(prog.workspace_bytes)
         n_ptrs = len(g.inputs) + 1 + len(self._grad_shapes) + 1
@@ -335,7 +417,7 @@ class GradientFunction(functools.partial):
                 return None
         return last[2]
 
-    def _call(self, args: tuple, out: Any) -> tuple[float, Any]:
+    def _call(self, args: tuple, out: Any, dispatch: bool = True) -> tuple[float, Any] | None:
         if out is not None:
             outs = out if self._tuple_result else (out,)
             ptrs = self._repeat(args, outs) if type(outs) is tuple else None
@@ -348,6 +430,10 @@ class GradientFunction(functools.partial):
         tls = self._tls
         status = self._native(*ptrs[0], *self._const_ptrs, tls.value_ptr, *ptrs[1], tls.ws_ptr)
         if status != 0:
+            if 0 < status <= len(self._guards):
+                if not dispatch:
+                    return None
+                return self._owner._guard_failed(self, status, args, out)
             raise RuntimeError(f"{self.name}: native gradient returned status {status}")
         value = float(tls.value)
         if out is not None:
@@ -419,6 +505,9 @@ class GradientFunction(functools.partial):
         Raises ``TypeError``/``ValueError`` naming the argument for a wrong count, type, shape,
         layout or output, and ``ValueError`` for ``threads < 1``.
         """
+        current = self._owner._variants[0]
+        if current is not self:
+            return current.batch(*args, out=out, values=values, threads=threads)
         if len(args) != len(self._shapes):
             raise TypeError(
                 f"{self.name}.batch: the compiled gradient takes {len(self._shapes)} batched "
@@ -481,7 +570,16 @@ class GradientFunction(functools.partial):
         for w in workers:
             w.join()
         if any(status):
-            raise RuntimeError(f"{self.name}.batch: native gradient returned status {max(status)}")
+            if not all(0 <= st <= len(self._guards) for st in status):
+                raise RuntimeError(f"{self.name}.batch: native gradient returned status {max(status)}")
+            # Some row takes another path than this variant was traced for: answer row by row
+            # through the dispatcher, which picks or compiles the right variant for each.
+            for r in range(m):
+                row_out = tuple(o[r] for o in outs)
+                value, _ = self._owner._call(
+                    tuple(a[r] for a in arrays), row_out if self._tuple_result else row_out[0]
+                )
+                values[r] = value
         return out if out is not None else (outs if self._tuple_result else outs[0])
 
     def value_and_grad(self, *args: Any, out: Any = None) -> tuple[float, Any]:
@@ -497,6 +595,8 @@ def compile(
     *example_args: Any,
     argnums: int | Sequence[int] = 0,
     cache: bool | str | os.PathLike | ObjectCache = True,
+    on_guard_failure: str = "recompile",
+    max_specialisations: int = 8,
 ) -> GradientFunction:
     """Compile the gradient of scalar-valued ``f`` for arguments shaped like ``example_args``.
 
@@ -508,11 +608,20 @@ def compile(
     hit skips LLVM entirely; tracing and the passes always run, so a changed captured array or
     changed code is always seen.
 
+    Python control flow on traced values (``if x[0] > 1:``, ``range(int(x[0]))``, ``float(x)``)
+    follows the example input and records a *guard*; the native code re-checks every guard and,
+    when one fails, stops before writing any output. Then ``on_guard_failure="recompile"``
+    (default) retraces ``f`` with the actual input, compiles that specialisation, keeps up to
+    ``max_specialisations`` of them (least recently used dropped; a :class:`GuardWarning` when
+    more compiles than that were needed) and answers the call; ``"raise"`` raises
+    :class:`GuardError` naming the guard's source line. ``tapejit.where(c, a, b)`` is the
+    branch-free alternative, with no guard.
+
     Returns a :class:`GradientFunction`. Raises :class:`tapejit.TracingError` when ``f`` cannot be
-    traced (unsupported numpy function, Python control flow on a traced value, non-scalar
-    result), naming the file and line.
+    traced (unsupported numpy function, a non-scalar result, ambiguous truth value of an array),
+    naming the file and line.
     """
-    return GradientFunction(f, example_args, argnums, cache)
+    return GradientFunction(f, example_args, argnums, cache, on_guard_failure, max_specialisations)
 
 
 class _Lazy:

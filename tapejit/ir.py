@@ -158,6 +158,9 @@ class Graph:
     outputs: tuple[Node, ...]
     bindings: dict[int, Any] = field(default_factory=dict, compare=False)
     output_names: tuple[str, ...] = ()
+    #: Guards recorded by tracing: ``(condition, expected, source)`` — a bool scalar node, the
+    #: outcome the trace took, and the user's file:line. Generated code checks each one.
+    guards: tuple[tuple["Node", bool, str], ...] = ()
 
     def __post_init__(self):
         if len(self.inputs) != len(self.kinds):
@@ -168,8 +171,8 @@ class Graph:
 
     @property
     def nodes(self) -> list[Node]:
-        """Every node the outputs depend on, in topological order."""
-        return toposort(self.outputs)
+        """Every node the outputs and guards depend on, in topological order."""
+        return toposort(self.outputs + tuple(c for c, _, _ in self.guards))
 
     def replace(self, **changes) -> "Graph":
         d = dict(
@@ -179,6 +182,7 @@ class Graph:
             outputs=self.outputs,
             bindings=self.bindings,
             output_names=self.output_names,
+            guards=self.guards,
         )
         d.update(changes)
         return Graph(**d)
@@ -227,6 +231,8 @@ def format_graph(g: Graph, names: dict[int, str] | None = None) -> str:
             attrs = " {" + ", ".join(_fmt_attr(a) for a in n.attrs) + "}"
         sep = " " if args else ""
         lines.append(f"  {names[id(n)]} = {n.op}{sep}{args}{attrs} : {n.type}")
+    for k, (c, expected, where) in enumerate(g.guards):
+        lines.append(f"  guard {k + 1}: {names[id(c)]} == {expected}   # {where}")
     ret = ", ".join(names[id(o)] for o in g.outputs)
     lines.append(f"  return {ret}")
     return "\n".join(lines)
@@ -264,6 +270,9 @@ def verify(g: Graph) -> Graph:
                 raise VerifyError(f"bad node {n!r}: {e}") from e
             if t != n.type:
                 raise VerifyError(f"node {n!r} has type {n.type}, its op rule gives {t}")
+    for c, expected, _ in g.guards:
+        if c.type != Type((), "bool") or not isinstance(expected, bool):
+            raise VerifyError(f"guard condition {c!r} must be a bool scalar with a bool outcome")
     for i, k in enumerate(g.kinds):
         if k == "const" and i not in g.bindings:
             raise VerifyError(f"const input {i} of {g.name} has no binding")

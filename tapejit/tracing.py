@@ -51,6 +51,11 @@ def _fail(msg: str) -> TracingError:
     return TracingError(f"{_user_site()}: {msg}")
 
 
+def _guard(cond: Node, expected: bool) -> None:
+    """Record that this trace relies on ``cond`` being ``expected`` (see Tracer.__bool__)."""
+    _state().guards.append((cond, bool(expected), _user_site()))
+
+
 class _Trace:
     """State of one tracing run: the captured constants and the concrete values of nodes."""
 
@@ -60,6 +65,7 @@ class _Trace:
         self.kinds: list[str] = []
         self.bindings: dict[int, np.ndarray] = {}
         self.names: set[str] = set()
+        self.guards: list[tuple[Node, bool, str]] = []
 
     def add_input(self, t: Type, kind: str, name: str, binding=None) -> Node:
         base, k = name, 1
@@ -169,10 +175,56 @@ class Tracer:
             "for a branch-free select."
         )
 
-    def __bool__(self): self._control_flow("bool()")
-    def __float__(self): self._control_flow("float() (also called by math.* functions: use np.*)")
-    def __int__(self): self._control_flow("int()")
-    def __index__(self): self._control_flow("using as an index")
+    # Python control flow on a traced value takes the branch the example input takes and
+    # records a *guard*: the condition and its outcome. The generated code re-checks every guard
+    # and reports a failure before writing any output; the runtime then retraces (see api.py).
+    def _scalar_node(self, what: str) -> Node:
+        if self.node.type.size != 1:
+            raise _fail(
+                f"{what} of a traced array of shape {self.shape} is ambiguous (as in numpy); "
+                "reduce it first (e.g. x.sum() > 0), or use tapejit.where for elementwise choices"
+            )
+        return ops.reshape(self.node, ())
+
+    def __bool__(self):
+        x = self._scalar_node("bool()")
+        value = bool(np.asarray(self.value).reshape(-1)[0])
+        cond = x if x.dtype == "bool" else ops.make("ne", x, ops.const(0.0))
+        _guard(cond, value)
+        return value
+
+    def __float__(self):
+        x = ops._float(self._scalar_node("float()"))
+        value = float(np.asarray(self.value).reshape(-1)[0])
+        if value != value:  # NaN: the guard is "x is NaN"
+            _guard(ops.make("ne", x, x), True)
+        else:
+            _guard(ops.make("eq", x, ops.const(value)), True)
+        return value
+
+    def __int__(self):
+        x = ops._float(self._scalar_node("int()"))
+        raw = float(np.asarray(self.value).reshape(-1)[0])
+        if not np.isfinite(raw):
+            raise _fail(f"int() of a traced value that is {raw}")
+        k = int(raw)  # truncation toward zero, as Python and numpy
+        lo = ops.make("gt", x, ops.const(k - 1.0)) if k <= 0 else ops.make("ge", x, ops.const(float(k)))
+        hi = ops.make("lt", x, ops.const(k + 1.0)) if k >= 0 else ops.make("le", x, ops.const(float(k)))
+        _guard(ops.make("and", lo, hi), True)
+        return k
+
+    def __index__(self):
+        raw = np.asarray(self.value).reshape(-1)
+        if self.node.dtype == "f64" and not (raw.size == 1 and float(raw[0]).is_integer()):
+            raise _fail(
+                "only integer scalar values can be used as an index (as in numpy); "
+                "use int(x) to truncate"
+            )
+        x = ops._float(self._scalar_node("operator.index()"))
+        k = int(raw[0])
+        _guard(ops.make("eq", x, ops.const(float(k))), True)
+        return k
+
     def __complex__(self): self._control_flow("complex()")
 
     def __array__(self, dtype=None, copy=None):
@@ -192,7 +244,7 @@ class Tracer:
     flatten = ravel
     def transpose(self, *axes): return _transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
     def astype(self, dtype): return _astype(self, dtype)
-    def item(self): self._control_flow("item()")
+    def item(self): return self.__float__() if self.node.dtype == "f64" else self.__bool__()
     def tolist(self): self._control_flow("tolist()")
 
     # -- numpy protocols --------------------------------------------------------------------
@@ -553,5 +605,8 @@ def trace(f: Callable, args: Sequence[Any], argnums: Sequence[int]) -> Graph:
             "reduce it with .sum() or index it first"
         )
     return ir.verify(
-        Graph(name, tuple(st.inputs), tuple(st.kinds), (out.node,), st.bindings, ("value",))
+        Graph(
+            name, tuple(st.inputs), tuple(st.kinds), (out.node,), st.bindings, ("value",),
+            guards=tuple(st.guards),
+        )
     )

@@ -13,7 +13,9 @@ in memory a :class:`~tapejit.ir.Slot`:
   iteration loads its operands before it stores); a scatter-add updates its accumulator in place
   when the accumulator dies there. Values sharing a buffer form one *buffer class*;
 * a buffer class holding an output lives in the caller's output array (``out``): gradients are
-  written straight there. Outputs that are inputs, or returned twice, are copied at the end;
+  written straight there — unless the class is written before the last guard is checked (a
+  failed guard must leave the outputs untouched). Those, outputs that are inputs, and outputs
+  returned twice are copied at the end;
 * every other class gets an offset in the one workspace by linear scan over the schedule
   (a freed block is reused by a later class that fits, best fit first). Offsets are 64-byte
   aligned and the total is a compile-time constant; generated code never allocates.
@@ -149,12 +151,16 @@ def plan(g: Graph) -> Program:
             slots[id(n)] = Slot("arg", i)
     copies: list[tuple[int, Node]] = []
     out_of: dict[int, int] = {}
+    # Nothing may be written to an output before the last guard is checked (a failed guard
+    # leaves the caller's arrays untouched), so classes written earlier are copied at the end.
+    guard_time = max((define.get(id(c), 0) for c, _, _ in g.guards), default=0)
     for k, o in enumerate(g.outputs):
         if o.shape == ():
             continue
         r = id(alias_root(o))
         c = classes.find(r) if r in mat else None
-        if c is None or c in out_of:
+        early = c is not None and min(define.get(i, 0) for i in members[c]) <= guard_time and g.guards
+        if c is None or c in out_of or early:
             copies.append((k, o))
         else:
             out_of[c] = k

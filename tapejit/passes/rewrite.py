@@ -83,8 +83,13 @@ class Rewriter:
         for n in self.g.nodes:  # topological: arguments are settled before their users
             settle(n)
         outputs = tuple(settle(o) for o in self.g.outputs)
+        guards = tuple((settle(c), e, w) for c, e, w in self.g.guards)
         return self.g.replace(
-            inputs=tuple(self.inputs), kinds=tuple(self.kinds), outputs=outputs, bindings=self.bindings
+            inputs=tuple(self.inputs),
+            kinds=tuple(self.kinds),
+            outputs=outputs,
+            bindings=self.bindings,
+            guards=guards,
         )
 
 
