@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -106,9 +107,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tapejit: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     if ns.command == "dump":
-        print(grad.ir(ns.stage))
+        text = grad.ir(ns.stage)
     else:
-        print(json.dumps(grad.stats, indent=2, default=str))
+        text = json.dumps(grad.stats, indent=2, default=str)
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away (`tapejit dump ... | head`): no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return 1
     return 0
 
 

@@ -11,9 +11,12 @@ native code by pointer. Mutating such an array after compiling does not change t
 gradient; compile again to pick up new values. Scalars (Python and numpy numbers, 0-d and size-1
 arrays) become IR constants.
 
-Python control flow on a traced value (``if x[0] > 0:``, ``float(x)``, ``int(x)``) cannot be
-recorded yet: it raises :class:`TracingError` naming the user's file and line and pointing to
-:func:`tapejit.where`, so a branch is never frozen silently.
+Python control flow on a traced scalar (``if x[0] > 0:``, ``float(x[0])``, ``int(x[0])``) follows
+the example input and records a *guard* (condition, outcome, the user's file and line) that the
+generated code re-checks, so a branch is never frozen silently (see :mod:`tapejit.api`). What
+cannot be guarded — the truth value of a whole array, ``complex()``, ``tolist()``, a traced index,
+an unsupported numpy function or ndarray method — raises :class:`TracingError` naming the user's
+file and line.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 class TracingError(Exception):
     """``f`` did something that cannot be traced; the message names the user's file and line."""
+
+
+class _UnsupportedAttribute(TracingError, AttributeError):
+    """An ndarray method or attribute tapejit does not trace (``x.cumsum()``, ``x.sort()``).
+    Also an ``AttributeError``, so ``hasattr``/``getattr(x, name, default)`` behave as before."""
 
 
 def _user_site() -> str:
@@ -167,6 +175,15 @@ class Tracer:
     def __getitem__(self, key): return _getitem(self, key)
     __hash__ = None  # type: ignore[assignment]
 
+    def __getattr__(self, name):
+        # Only reached when normal lookup fails: name ndarray methods tapejit does not trace
+        # instead of a bare "'Tracer' object has no attribute" with no file and line.
+        if not name.startswith("_") and hasattr(np.ndarray, name):
+            raise _UnsupportedAttribute(
+                f"{_user_site()}: numpy.ndarray.{name} is not supported by tapejit"
+            )
+        raise AttributeError(f"'Tracer' object has no attribute {name!r}")
+
     # -- Python control flow on traced values -------------------------------------------------
     def _control_flow(self, what: str):
         raise _fail(
@@ -262,7 +279,9 @@ class Tracer:
     def __array_function__(self, func, types, args, kwargs):
         fn = _FUNCTIONS.get(func)
         if fn is None:
-            raise _fail(f"numpy.{func.__name__} is not supported by tapejit")
+            module = getattr(func, "__module__", None) or ""
+            prefix = module if module.startswith("numpy.") else "numpy"  # numpy.linalg.inv
+            raise _fail(f"{prefix}.{func.__name__} is not supported by tapejit")
         return fn(*args, **kwargs)
 
 
@@ -594,6 +613,11 @@ def trace(f: Callable, args: Sequence[Any], argnums: Sequence[int]) -> Graph:
         _values[id(t.node)] = (t.node, t.value)
     try:
         result = f(*tracers)
+        if isinstance(result, (list, tuple, dict, str, bytes, type(None))):
+            # lift() would report these as a failed array conversion at the compile() call
+            raise TracingError(
+                f"{name} must return a scalar float (a loss), got {type(result).__name__}"
+            )
         out = lift(result) if not isinstance(result, Tracer) else result
     finally:
         _current.pop()
