@@ -25,7 +25,7 @@ from typing import Callable
 import llvmlite.ir as ir
 
 from tapejit import ops
-from tapejit.ir import Node, Program
+from tapejit.ir import ITEMSIZE, Node, Program
 
 from . import mathlib
 
@@ -43,7 +43,9 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _math(op):
-    return lambda b, n, *xs: mathlib.call(b, op, list(xs))
+    # array nodes are loop-body code (inlined so the loop vectoriser sees the math); scalar nodes
+    # are straight-line code, which calls one out-of-line copy per module (compile time)
+    return lambda b, n, *xs: mathlib.call(b, op, list(xs), inline=n.shape != ())
 
 
 def _sign(b, n, x):
@@ -226,16 +228,29 @@ class Lowering:
     # -- driver -------------------------------------------------------------------------------
     def run(self) -> ir.Module:
         self.kernel_fns: dict[str, tuple[ir.Function, list[int]]] = {}
+        self.tapes = 0
+        self._bases: ir.Value | None = None
         checks: dict[int, list[tuple[int, bool]]] = {}
         for status, (c, expected, _) in enumerate(self.prog.graph.guards, start=1):
             checks.setdefault(id(c), []).append((status, expected))
+        pending: list[tuple[Interface, ir.Function, list[int]]] = []
         for k in self.prog.kernels:
+            if k.pre:
+                self.flush(pending)
             for n in k.pre:
                 self.node(n)
                 for status, expected in checks.get(id(n), ()):
                     self.guard(n, expected, status)
             if k.body or k.op is not None:
-                self.call_kernel(k)
+                face = Interface(self, k)
+                fn = self.kernel_fn(face, k)
+                record = self.record(face)
+                if record is None:  # reads or defines registers: a call in straight-line code
+                    self.flush(pending)
+                    self.call_direct(face, fn)
+                else:
+                    pending.append((face, fn, record))
+        self.flush(pending)
         for fn, calls in self.kernel_fns.values():
             if calls[0] > 1:  # shared by several sites: keep one copy (compile time stays linear)
                 fn.attributes.add("noinline")
@@ -263,16 +278,19 @@ class Lowering:
         b.ret(I32(status))
         b.position_at_end(cont)
 
-    def call_kernel(self, k) -> None:
-        """Emit loop kernel ``k`` as a call to its kernel function, emitting that function the
-        first time a kernel of its structure is seen (see :class:`KernelFunction`)."""
-        face = Interface(self, k)
+    def kernel_fn(self, face: "Interface", k) -> ir.Function:
+        """The kernel function of ``k``'s structure, emitted the first time it is seen (see
+        :class:`KernelFunction`)."""
         hit = self.kernel_fns.get(face.key)
         if hit is None:
             name = f"{self.fn.name}.k{len(self.kernel_fns)}"
             hit = self.kernel_fns[face.key] = (KernelFunction(self, k, face, name).fn, [0])
-        fn, calls = hit
-        calls[0] += 1
+        return hit[0]
+
+    def call_direct(self, face: "Interface", fn: ir.Function) -> None:
+        """Call kernel function ``fn`` with the buffers, scalars and reduction results of
+        ``face``, as straight-line code."""
+        self.kernel_fns[face.key][1][0] += 1
         b = self.b
         gather_params = {i: off for i, off in zip(face.gathers.values(), face.gather_offsets)}
         args = []
@@ -287,6 +305,99 @@ class Lowering:
         for n, r in zip(face.results, results):
             self.regs[id(n)] = b.load(r)
 
+    def record(self, face: "Interface") -> list[int] | None:
+        """The call of ``face`` as a tape record ``[base, byte offset] * params`` — each
+        pointer parameter as one of this function's pointer arguments plus a constant offset —
+        or ``None`` when the kernel reads or defines scalars in registers."""
+        if face.scalars or face.results:
+            return None
+        gather_params = {i: off for i, off in zip(face.gathers.values(), face.gather_offsets)}
+        words: list[int] = []
+        for i, n in enumerate(face.ptr_nodes):
+            slot, elems = self.location(n)
+            elems += gather_params.get(i, 0)
+            size = ITEMSIZE[n.dtype]
+            if slot.kind == "arg":
+                words += [slot.index, elems * size]
+            elif slot.kind == "out":
+                words += [self.n_in + slot.index, elems * size]
+            else:
+                words += [len(self.fn.args) - 1, slot.index + elems * size]
+        return words
+
+    def flush(self, pending: list) -> None:
+        """Emit the pending run of pointer-only kernel calls: as direct calls when it is short,
+        else as a *call tape* (see :data:`TAPE_MIN`), then empty ``pending``."""
+        if len(pending) < TAPE_MIN:
+            for face, fn, _ in pending:
+                self.call_direct(face, fn)
+            pending.clear()
+            return
+        b = self.b
+        if self._bases is None:  # every pointer argument as i8*, in an array indexed by tapes
+            here = b.block
+            b.position_at_start(self.fn.entry_basic_block)
+            ptrs = [b.bitcast(a, I8.as_pointer()) for a in self.fn.args]
+            self._bases = b.alloca(ir.ArrayType(I8.as_pointer(), len(ptrs)))
+            for i, p in enumerate(ptrs):
+                b.store(p, b.gep(self._bases, [I32(0), I32(i)], inbounds=True))
+            b.position_at_end(here)
+        cases: dict[int, int] = {}  # id(fn) -> case number
+        fns: list[tuple[ir.Function, int]] = []
+        words: list[int] = []
+        for face, fn, record in pending:
+            if id(fn) not in cases:
+                cases[id(fn)] = len(fns)
+                fns.append((fn, len(face.ptr_nodes)))
+                self.kernel_fns[face.key][1][0] += 2  # kept out of line: the walk stays small
+            words += [cases[id(fn)], *record]
+        pending.clear()
+        ty = ir.ArrayType(I64, len(words))
+        table = ir.GlobalVariable(self.module, ty, name=f"{self.fn.name}.tape{self.tapes}")
+        table.global_constant = False  # opaque to LLVM: no unrolling of the walk over it
+        table.initializer = ir.Constant(ty, words)
+        self.tapes += 1
+
+        def word(pos: ir.Value) -> ir.Value:
+            return b.load(b.gep(table, [I64(0), pos], inbounds=True))
+
+        pre = b.block
+        head = self.fn.append_basic_block("tape.head")
+        body = self.fn.append_basic_block("tape.dispatch")
+        latch = self.fn.append_basic_block("tape.next")
+        bad = self.fn.append_basic_block("tape.bad")
+        done = self.fn.append_basic_block("tape.done")
+        b.branch(head)
+        b.position_at_end(head)
+        pos = b.phi(I64)
+        pos.add_incoming(I64(0), pre)
+        b.cbranch(b.icmp_signed("<", pos, I64(len(words))), body, done)
+        b.position_at_end(bad)
+        b.unreachable()
+        b.position_at_end(body)
+        switch = b.switch(word(pos), bad)
+        step = []
+        for case, (fn, arity) in enumerate(fns):
+            block = self.fn.append_basic_block(f"tape.k{case}")
+            switch.add_case(I64(case), block)
+            b.position_at_end(block)
+            args = []
+            for j, ty in enumerate(fn.function_type.args):
+                base = word(b.add(pos, I64(1 + 2 * j)))
+                off = word(b.add(pos, I64(2 + 2 * j)))
+                p = b.load(b.gep(self._bases, [I64(0), base], inbounds=True))
+                args.append(b.bitcast(b.gep(p, [off], inbounds=True), ty))
+            b.call(fn, args)
+            step.append((b.add(pos, I64(1 + 2 * arity)), b.block))
+            b.branch(latch)
+        b.position_at_end(latch)
+        nxt = b.phi(I64)
+        for v, block in step:
+            nxt.add_incoming(v, block)
+        pos.add_incoming(nxt, latch)
+        b.branch(head)
+        b.position_at_end(done)
+
     def node(self, n: Node) -> None:
         """Lower one node by its group's rule (straight-line code or its own loop nest)."""
         rule = LOWER.get(ops.OPS[n.op].group)
@@ -297,6 +408,17 @@ class Lowering:
     def _as_f64(self, n: Node) -> ir.Value:
         v = self.load(n, I64(0))
         return self.b.uitofp(v, F64) if n.dtype == "bool" else v
+
+
+#: A run of at least this many consecutive kernel calls that pass only pointers is emitted as a
+#: *call tape*: a constant table of records (kernel number, then base argument and byte offset
+#: of each pointer parameter) walked by one dispatch loop. Straight-line calls cost LLVM time
+#: per call site (and code generation of one large function grows faster than linearly, see
+#: DESIGN.md), so a model with thousands of layers would compile in seconds; with tapes the
+#: main function's size tracks the number of distinct kernels. The price is an indirect branch
+#: and a few loads per call (~2 ns), so short runs — the whole of a small model — stay direct
+#: calls that LLVM may inline.
+TAPE_MIN = 16
 
 
 class Interface:

@@ -29,7 +29,7 @@ MATH: dict[str, tuple[str, str]] = {
 }
 
 
-def call(builder: ir.IRBuilder, op: str, args: list[ir.Value]) -> ir.Value:
+def call(builder: ir.IRBuilder, op: str, args: list[ir.Value], inline: bool = True) -> ir.Value:
     """Emit ``op(*args)`` on doubles using the row of :data:`MATH`."""
     kind, name = MATH[op]
     module = builder.module

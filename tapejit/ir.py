@@ -171,8 +171,13 @@ class Graph:
 
     @property
     def nodes(self) -> list[Node]:
-        """Every node the outputs and guards depend on, in topological order."""
-        return toposort(self.outputs + tuple(c for c, _, _ in self.guards))
+        """Every node the outputs and guards depend on, in topological order (a new list each
+        time; the order is computed once per graph, which is immutable)."""
+        order = self.__dict__.get("_order")
+        if order is None:
+            order = toposort(self.outputs + tuple(c for c, _, _ in self.guards))
+            object.__setattr__(self, "_order", order)
+        return list(order)
 
     def replace(self, **changes) -> "Graph":
         d = dict(
@@ -242,6 +247,10 @@ class VerifyError(Exception):
     """The IR breaks an invariant (a bug in tapejit, never a user error)."""
 
 
+#: Nodes that passed the per-node checks of :func:`verify` (nodes are immutable, so a node that
+#: was well formed stays so; verifying after every pass then costs O(new nodes)).
+_verified: "weakref.WeakSet[Node]" = weakref.WeakSet()
+
 #: Set by :mod:`tapejit.ops`: ``(op, arg types, attrs) -> Type``; raises on a bad node.
 type_rule: Callable[[str, tuple[Type, ...], tuple], Type] | None = None
 
@@ -259,6 +268,8 @@ def verify(g: Graph) -> Graph:
             if id(n) not in declared:
                 raise VerifyError(f"input {n.attrs} is used but not declared in {g.name}")
             continue
+        if n in _verified:
+            continue  # immutable and checked before: still well formed
         if n.op == "const":
             if n.args or len(n.attrs) != 1:
                 raise VerifyError(f"const node {n!r} must have no args and one value")
@@ -270,6 +281,7 @@ def verify(g: Graph) -> Graph:
                 raise VerifyError(f"bad node {n!r}: {e}") from e
             if t != n.type:
                 raise VerifyError(f"node {n!r} has type {n.type}, its op rule gives {t}")
+        _verified.add(n)
     for c, expected, _ in g.guards:
         if c.type != Type((), "bool") or not isinstance(expected, bool):
             raise VerifyError(f"guard condition {c!r} must be a bool scalar with a bool outcome")

@@ -32,6 +32,7 @@ op, an own-loop op or a reshape, or is read by a loop other than its own and not
 
 from __future__ import annotations
 
+import bisect
 import weakref
 from dataclasses import dataclass, field
 
@@ -175,10 +176,26 @@ def fuse(g: Graph) -> Schedule:
             return k
         return k + 1
 
+    # Where a node may still go, kept sorted so that placement is a binary search rather than a
+    # scan over every kernel: ``free`` holds the kernels without a loop yet, ``open_[space]`` the
+    # kernels with a loop over ``space`` and fewer than MAX_BODY nodes.
+    free: list[int] = []
+    open_: dict[tuple[int, ...], list[int]] = {}
+
     def kernel(k: int) -> _Kernel:
         while len(kernels) <= k:
+            free.append(len(kernels))
             kernels.append(_Kernel())
         return kernels[k]
+
+    def first(sorted_ks: list[int], k: int) -> int:
+        i = bisect.bisect_left(sorted_ks, k)
+        return sorted_ks[i] if i < len(sorted_ks) else len(kernels)
+
+    def take(sorted_ks: list[int], k: int) -> None:
+        i = bisect.bisect_left(sorted_ks, k)
+        if i < len(sorted_ks) and sorted_ks[i] == k:
+            del sorted_ks[i]
 
     for n in nodes:
         c = cls[id(n)]
@@ -192,24 +209,24 @@ def fuse(g: Graph) -> Schedule:
             kernel(ready).pre.append(n)
             home[id(n)] = (ready, "pre")
             continue
-        if c == "op":
-            k = ready
-            while k < len(kernels) and (kernels[k].op is not None or kernels[k].body):
-                k += 1
+        if c == "op":  # the first kernel at or after `ready` without a loop
+            k = first(free, ready)
             kernel(k).op = n
+            take(free, k)
             home[id(n)] = (k, "op")
             continue
+        # the first kernel at or after `ready` that has no loop or an open loop over `space`
         space = space_of(n, c)
-        k = ready
-        while k < len(kernels) and (
-            kernels[k].op is not None
-            or kernels[k].space not in (None, space)
-            or len(kernels[k].body) >= MAX_BODY
-        ):
-            k += 1
+        same = open_.setdefault(space, [])
+        k = min(first(free, ready), first(same, ready))
         kern = kernel(k)
+        if not kern.body:
+            take(free, k)
+            bisect.insort(same, k)
         kern.space = space
         kern.body.append(n)
+        if len(kern.body) >= MAX_BODY:
+            take(same, k)
         home[id(n)] = (k, "body")
 
     # Reuse or recompute (see the module docstring), then what must live in memory.

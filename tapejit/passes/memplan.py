@@ -28,6 +28,8 @@ size). It counts IR work, so asymptotic claims are testable without timing.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 
 from ..ir import Graph, Node, Program, Slot
@@ -213,21 +215,24 @@ def _linear_scan(members, out_of, define, last, byid) -> tuple[dict[int, int], i
         key=lambda c: min(define.get(i, 0) for i in members[c]),
     )
     offsets: dict[int, int] = {}
-    blocks: list[list] = []  # [offset, size, end time]
+    busy: list[tuple[float, int, int]] = []  # heap of (end time, size, offset) of blocks in use
+    free: list[tuple[int, int]] = []  # sorted (size, offset) of blocks whose values are dead
     top = 0
     for c in todo:
         start = min(define.get(i, 0) for i in members[c])
         end = max(last.get(i, start) for i in members[c])
         need = _round(_size(members[c], byid))
-        free = [b for b in blocks if b[2] < start and b[1] >= need]
-        if free:
-            b = min(free, key=lambda b: b[1])
-            b[2] = end
+        while busy and busy[0][0] < start:  # blocks whose last reader ran before `start`
+            _, size, off = heapq.heappop(busy)
+            bisect.insort(free, (size, off))
+        j = bisect.bisect_left(free, (need, -1))
+        if j < len(free):  # best fit: the smallest dead block that is large enough
+            size, off = free.pop(j)
         else:
-            b = [top, need, end]
-            blocks.append(b)
+            size, off = need, top
             top += need
-        offsets[c] = b[0]
+        heapq.heappush(busy, (end, size, off))
+        offsets[c] = off
     return offsets, top
 
 
