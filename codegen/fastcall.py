@@ -215,6 +215,8 @@ def add_trampoline(module: ir.Module, kernel_name: str, spec: Spec, name: str) -
             p.add_incoming(pf, as_float)
             p.add_incoming(pa, from_array)
             in_ptrs.append(p)
+            p8 = b.bitcast(p, I8P)  # a 0-d array may be a view into an output, too
+            ranges.append((p8, b.gep(p8, [I64(8)])))
         else:
             p, end = t.array(obj, shape, NPY_C_CONTIGUOUS | NPY_ALIGNED)
             in_ptrs.append(p)

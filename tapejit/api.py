@@ -356,7 +356,17 @@ class GradientFunction(functools.partial):
                     raise ValueError(
                         f"{self.name}: argument {i} must have shape {shape}, got {a.shape}"
                     )
-                return _ffi.from_buffer(np.ascontiguousarray(a, dtype=_F64))
+                converted = np.ascontiguousarray(a, dtype=_F64)
+                if a.dtype.kind in "iu" and a.dtype.itemsize > 4 and a.size:
+                    # 64-bit integers convert exactly only up to 2**53 in magnitude
+                    big = a > 2**53 if a.dtype.kind == "u" else (a > 2**53) | (a < -(2**53))
+                    if big.any():
+                        raise ValueError(
+                            f"{self.name}: argument {i} has {a.dtype} values that float64 cannot "
+                            "represent exactly (|v| > 2**53); convert it yourself if rounding is "
+                            "intended"
+                        )
+                return _ffi.from_buffer(converted)
             if a.shape != shape:
                 raise ValueError(f"{self.name}: argument {i} must have shape {shape}, got {a.shape}")
             if not a.flags.c_contiguous:
@@ -371,7 +381,13 @@ class GradientFunction(functools.partial):
                 raise ValueError(
                     f"{self.name}: argument {i} must be an array of shape {shape}, got a scalar"
                 )
-            return _ffi.from_buffer(np.array(float(a)))
+            v = float(a)
+            if isinstance(a, (int, np.integer)) and abs(int(a)) > 2**53:
+                raise ValueError(
+                    f"{self.name}: argument {i} is the integer {int(a)}, which float64 cannot "
+                    "represent exactly (|v| > 2**53); pass a float if rounding is intended"
+                )
+            return _ffi.from_buffer(np.array(v))
         if isinstance(a, np.ndarray):  # an ndarray subclass: view it as a plain array
             return self._arg_pointer(i, np.asarray(a))
         raise TypeError(
@@ -391,11 +407,24 @@ class GradientFunction(functools.partial):
             raise TypeError(f"{what} must have dtype float64, got {o.dtype}")
         if o.shape != shape:
             raise ValueError(f"{what} must have shape {shape}, got {o.shape}")
-        if not o.flags.c_contiguous or not o.flags.writeable or not o.flags.aligned:
-            raise ValueError(f"{what} must be a writeable, aligned, C-contiguous array")
-        for a in args:
+        problems = [
+            problem
+            for ok, problem in (
+                (o.flags.writeable, "it is read-only (not writeable)"),
+                (o.flags.aligned, "it is not aligned to 8 bytes (misaligned)"),
+                (o.flags.c_contiguous, f"it is not C-contiguous (strides {o.strides})"),
+            )
+            if not ok
+        ]
+        if problems:
+            raise ValueError(
+                f"{what} must be a writeable, aligned, C-contiguous array; " + ", and ".join(problems)
+            )
+        for i, a in enumerate(args):
             if type(a) is np.ndarray and np.may_share_memory(a, o):
-                raise ValueError(f"{what} overlaps an argument; pass a separate output array")
+                raise ValueError(
+                    f"{what} overlaps an argument (argument {i}); pass a separate output array"
+                )
         return _ffi.from_buffer(o, require_writable=True)
 
     def _repeat(self, args: tuple, outs: tuple) -> list | None:

@@ -241,12 +241,6 @@ def test_bad_call(g, case, style):
     still_works(g)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api.py GradientFunction._check_out: one message for three conditions "
-    "('must be a writeable, aligned, C-contiguous array') - it does not say which one the given "
-    "out violates (read-only / not aligned / strides), though README promises 'what was given'",
-)
 @pytest.mark.parametrize(
     "bad_out,given",
     [
@@ -310,12 +304,6 @@ def test_longdouble_is_rejected(g):
     still_works(g)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api.py GradientFunction._arg_pointer accepts int64/uint64 arrays and Python ints whose "
-    "values float64 cannot represent (|v| > 2**53) and rounds them silently; README says only "
-    "dtypes that 'convert exactly' are converted (the tracer rejects such captured int arrays)",
-)
 @pytest.mark.parametrize(
     "make",
     [
@@ -329,11 +317,6 @@ def test_inexact_integer_arrays_are_rejected(g, make):
         g(*make())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api.py GradientFunction._arg_pointer: float(a) silently rounds a Python int scalar "
-    "argument that float64 cannot represent (2**53 + 1)",
-)
 def test_inexact_python_int_scalar_is_rejected(g2):
     with pytest.raises((TypeError, ValueError), match=r"argument 1"):
         g2(RNG.random(5), 2**53 + 1)
@@ -428,11 +411,6 @@ def test_bad_call_tuple_argnums(g2, case):
     np.testing.assert_allclose(o[1], np.sin(x).sum() + 2 * s, rtol=1e-14)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="api.py GradientFunction._check_out: 'out[k] overlaps an argument' does not say which "
-    "argument (here the scalar argument 1 is a 0-d view into out[0])",
-)
 def test_overlap_message_names_the_argument(g2):
     gx, gs = np.empty(5), np.empty(())
     s = gx[2:3].reshape(())  # argument 1 lives inside out[0]
