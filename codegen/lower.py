@@ -19,6 +19,7 @@ the accumulating ``fadd`` only, so the loop vectoriser may reorder them (no glob
 from __future__ import annotations
 
 import math
+import struct
 from contextlib import contextmanager
 from typing import Callable
 
@@ -352,14 +353,21 @@ class Lowering:
                 self.kernel_fns[face.key][1][0] += 2  # kept out of line: the walk stays small
             words += [cases[id(fn)], *record]
         pending.clear()
-        ty = ir.ArrayType(I64, len(words))
+        # the table as bytes: one constant for llvmlite to print instead of one per word
+        data = bytearray(struct.pack(f"<{len(words)}q", *words))
+        ty = ir.ArrayType(I8, len(data))
         table = ir.GlobalVariable(self.module, ty, name=f"{self.fn.name}.tape{self.tapes}")
         table.global_constant = False  # opaque to LLVM: no unrolling of the walk over it
-        table.initializer = ir.Constant(ty, words)
+        table.initializer = ir.Constant(ty, data)
+        table.align = 8
         self.tapes += 1
+        here = b.block
+        b.position_at_start(self.fn.entry_basic_block)
+        table_words = b.bitcast(table, I64.as_pointer())
+        b.position_at_end(here)
 
         def word(pos: ir.Value) -> ir.Value:
-            return b.load(b.gep(table, [I64(0), pos], inbounds=True))
+            return b.load(b.gep(table_words, [pos], inbounds=True))
 
         pre = b.block
         head = self.fn.append_basic_block("tape.head")
