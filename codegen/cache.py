@@ -7,12 +7,14 @@ address), a caller-supplied salt (tapejit's version), llvmlite's and LLVM's vers
 target triple, CPU name and feature string.
 
 File format: ``MAGIC``, the SHA-256 of the payload (32 bytes), then the payload: the key as 64
-hex digits, an 8-byte little-endian length and that many bytes of object code, then the
-zlib-compressed optimised IR. :meth:`ObjectCache.load` returns ``None`` — a miss, and the next
-store replaces the file — for a missing, truncated, garbled or foreign entry (wrong magic,
-checksum or key), never loading it blindly. :meth:`ObjectCache.store` writes a temporary file in
+hex digits, a 4-byte count of *parts*, and each part as a 2-byte name length, the name, an
+8-byte length and that many bytes (all little-endian). A part is whatever the caller stores
+under a name (tapejit stores the object code, the compressed LLVM IR and a JSON description of
+the compiled function). :meth:`ObjectCache.load` returns ``None`` — a miss, and the next store
+replaces the file — for a missing, truncated, garbled or foreign entry (wrong magic, checksum,
+key or framing), never loading it blindly. :meth:`ObjectCache.store` writes a temporary file in
 the same directory and renames it over the entry (atomic on POSIX and Windows), so processes
-compiling the same module at once each write a whole entry and readers never see half of one.
+compiling the same function at once each write a whole entry and readers never see half of one.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import hashlib
 import os
 import struct
 import tempfile
-import zlib
 from pathlib import Path
 
 import llvmlite
@@ -29,18 +30,19 @@ import llvmlite.binding as llvm
 
 from . import target
 
-MAGIC = b"TAPEJIT-OBJ-1\n"
+MAGIC = b"TAPEJIT-OBJ-2\n"
 SUFFIX = ".tjo"
 
 
-def cache_key(module_text: str, salt: str) -> str:
-    """The hex SHA-256 key of a module for this toolchain and host (see the module docstring)."""
+def cache_key(text: str, salt: str) -> str:
+    """The hex SHA-256 key of ``text`` (what decides the machine code) for this toolchain and
+    host (see the module docstring)."""
     triple, cpu, features = target.host()
     h = hashlib.sha256()
     for part in (salt, llvmlite.__version__, str(llvm.llvm_version_info), triple, cpu, features):
         h.update(part.encode())
         h.update(b"\0")
-    h.update(module_text.encode())
+    h.update(text.encode())
     return h.hexdigest()
 
 
@@ -53,34 +55,44 @@ class ObjectCache:
     def path(self, key: str) -> Path:
         return self.directory / f"{key}{SUFFIX}"
 
-    def load(self, key: str) -> tuple[bytes, str] | None:
-        """``(object code, optimised IR)`` of ``key``, or ``None`` if absent or not valid."""
+    def load(self, key: str) -> dict[str, bytes] | None:
+        """The parts stored under ``key``, or ``None`` if absent or not valid."""
         try:
             data = self.path(key).read_bytes()
         except OSError:
             return None
         head = len(MAGIC) + 32
-        if len(data) < head + 64 + 8 or not data.startswith(MAGIC):
+        if len(data) < head + 64 + 4 or not data.startswith(MAGIC):
             return None
         payload = data[head:]
         if hashlib.sha256(payload).digest() != data[len(MAGIC) : head]:
             return None
         if payload[:64].decode("ascii", "replace") != key:
             return None
-        (n,) = struct.unpack_from("<Q", payload, 64)
-        obj = payload[72 : 72 + n]
-        if len(obj) != n:
-            return None
         try:
-            ir_text = zlib.decompress(payload[72 + n :]).decode()
-        except (zlib.error, UnicodeDecodeError):
+            (count,) = struct.unpack_from("<I", payload, 64)
+            pos, parts = 68, {}
+            for _ in range(count):
+                (n,) = struct.unpack_from("<H", payload, pos)
+                name = payload[pos + 2 : pos + 2 + n].decode()
+                (size,) = struct.unpack_from("<Q", payload, pos + 2 + n)
+                pos += 10 + n
+                parts[name] = payload[pos : pos + size]
+                if len(parts[name]) != size:
+                    return None
+                pos += size
+        except (struct.error, UnicodeDecodeError):
             return None
-        return obj, ir_text
+        return parts if pos == len(payload) else None
 
-    def store(self, key: str, obj: bytes, ir_text: str) -> None:
+    def store(self, key: str, parts: dict[str, bytes]) -> None:
         """Write the entry for ``key`` atomically; errors (read-only disk, ...) are ignored: a
         cache that cannot be written only costs a recompile."""
-        payload = key.encode() + struct.pack("<Q", len(obj)) + obj + zlib.compress(ir_text.encode())
+        chunks = [key.encode(), struct.pack("<I", len(parts))]
+        for name, value in parts.items():
+            raw = name.encode()
+            chunks += [struct.pack("<H", len(raw)), raw, struct.pack("<Q", len(value)), value]
+        payload = b"".join(chunks)
         data = MAGIC + hashlib.sha256(payload).digest() + payload
         try:
             self.directory.mkdir(parents=True, exist_ok=True)

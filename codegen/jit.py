@@ -4,6 +4,11 @@ Modelled on numba's ``CodeLibrary`` (``numba/core/codegen.py``): the object that
 is the object the caller keeps. An MCJIT engine owns its module and target machine, and calling
 generated code after the engine is collected crashes, so whoever holds a function address must
 hold the :class:`CodeLibrary` too (``tapejit.api.GradientFunction`` does).
+
+A library comes from an ``llvmlite.ir.Module`` (:meth:`CodeLibrary.compile`: parse, optimise,
+generate machine code) or from object code produced by an earlier compile
+(:meth:`CodeLibrary.load`: no LLVM optimisation or code generation — what an on-disk cache hit
+uses). Both run object code in an engine, so a loaded library gives bit-identical results.
 """
 
 from __future__ import annotations
@@ -14,61 +19,71 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from . import target
-from .cache import ObjectCache, cache_key
 
 
 class CodeLibrary:
-    """Compile an ``llvmlite.ir.Module`` for the host and keep the engine alive.
+    """Machine code for the host in a live engine (build it with :meth:`compile` or
+    :meth:`load`).
 
-    With an :class:`~codegen.cache.ObjectCache`, the module's machine code is looked up by
-    :func:`~codegen.cache.cache_key` first: a hit loads the object file into the engine (no LLVM
-    optimisation or code generation), a miss compiles, emits the object and stores it. Either
-    way the engine runs the same object code, so a hit gives bit-identical results.
-
-    Attributes: ``llvm_ir`` (optimised LLVM IR text), ``cache_hit``, ``timings`` (seconds spent
-    parsing, optimising and generating machine code, or loading from the cache). ``asm`` is
-    produced on first access.
+    Attributes: ``llvm_ir`` (optimised LLVM IR text), ``object`` (the object code, when it was
+    asked for or loaded), ``timings`` (seconds spent parsing, optimising and generating machine
+    code, or loading). ``asm`` is produced on first access.
     """
 
-    def __init__(self, module: ir.Module, cache: ObjectCache | None = None, salt: str = ""):
-        target.initialise()
-        triple, _, _ = target.host()
-        self._tm = target.target_machine()
-        module.triple = triple
-        module.data_layout = str(self._tm.target_data)
-        text = str(module)
-        self._mod: llvm.ModuleRef | None = None
+    def __init__(self, engine: llvm.ExecutionEngine, tm: llvm.TargetMachine, llvm_ir: str,
+                 obj: bytes | None, mod: llvm.ModuleRef | None, timings: dict[str, float]):
+        self._engine, self._tm, self._mod = engine, tm, mod
+        self.llvm_ir, self.object, self.timings = llvm_ir, obj, timings
         self._asm: str | None = None
-        self.cache_hit = False
-        key = cache_key(text, salt) if cache is not None else None
-        t0 = time.perf_counter()
-        entry = cache.load(key) if cache is not None else None
-        if entry is not None:
-            obj, self.llvm_ir = entry
-            self._engine = self._load(obj)
-            self.cache_hit = True
-            self.timings = {"cache_load": time.perf_counter() - t0}
-            return
-        self._mod = llvm.parse_assembly(text)
-        self._mod.verify()
-        t1 = time.perf_counter()
-        target.optimise(self._mod, self._tm)
-        t2 = time.perf_counter()
-        self.llvm_ir = str(self._mod)
-        if cache is None:
-            self._engine = llvm.create_mcjit_compiler(self._mod, self._tm)
-            self._engine.finalize_object()
-        else:
-            obj = self._tm.emit_object(self._mod)
-            self._engine = self._load(obj)
-            cache.store(key, obj, self.llvm_ir)
-        t3 = time.perf_counter()
-        self.timings = {"llvm_parse": t1 - t0, "llvm_opt": t2 - t1, "llvm_codegen": t3 - t2}
 
-    def _load(self, obj: bytes) -> llvm.ExecutionEngine:
-        """An engine running the object code ``obj`` (it owns an empty module and this target
-        machine)."""
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._tm)
+    @staticmethod
+    def prepare(module: ir.Module) -> str:
+        """Set ``module``'s triple and data layout for the host; returns its text, which holds
+        no process-specific address."""
+        target.initialise()
+        tm = target.target_machine()
+        module.triple = target.host()[0]
+        module.data_layout = str(tm.target_data)
+        return str(module)
+
+    @classmethod
+    def compile(cls, text: str, emit_object: bool = False) -> "CodeLibrary":
+        """Optimise and compile the module ``text`` (from :meth:`prepare`); with
+        ``emit_object`` the object code is kept in ``object`` (for a cache)."""
+        target.initialise()
+        tm = target.target_machine()
+        t0 = time.perf_counter()
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+        t1 = time.perf_counter()
+        target.optimise(mod, tm)
+        t2 = time.perf_counter()
+        llvm_ir = str(mod)
+        obj = None
+        if emit_object:
+            obj = tm.emit_object(mod)
+            engine = cls._engine_for(obj, tm)
+        else:
+            engine = llvm.create_mcjit_compiler(mod, tm)
+            engine.finalize_object()
+        t3 = time.perf_counter()
+        timings = {"llvm_parse": t1 - t0, "llvm_opt": t2 - t1, "llvm_codegen": t3 - t2}
+        return cls(engine, tm, llvm_ir, obj, mod, timings)
+
+    @classmethod
+    def load(cls, obj: bytes, llvm_ir: str) -> "CodeLibrary":
+        """A library running the object code ``obj`` (``llvm_ir``: its optimised IR, for
+        :attr:`llvm_ir` and :attr:`asm`)."""
+        target.initialise()
+        tm = target.target_machine()
+        t0 = time.perf_counter()
+        engine = cls._engine_for(obj, tm)
+        return cls(engine, tm, llvm_ir, obj, None, {"cache_load": time.perf_counter() - t0})
+
+    @staticmethod
+    def _engine_for(obj: bytes, tm: llvm.TargetMachine) -> llvm.ExecutionEngine:
+        """An engine running the object code ``obj`` (it owns an empty module and ``tm``)."""
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
         engine.finalize_object()
         return engine

@@ -9,10 +9,15 @@ shapes raises a ``ValueError`` (use :func:`grad`, which compiles one specialisat
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
+import json
 import os
 import threading
 import time
 import warnings
+import zlib
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -20,12 +25,12 @@ import numpy as np
 from codegen import entry as _entry  # api.py is the one front-end module that binds codegen
 from codegen import batch as _batch
 from codegen import fastcall as _fastcall
-from codegen.cache import ObjectCache
+from codegen.cache import ObjectCache, cache_key
 from codegen.jit import CodeLibrary
 from codegen.lower import lower
 
 from . import autodiff, passes, tracing
-from .ir import Graph, Program
+from .ir import Graph, Program, format_graph
 
 _ffi = _entry.ffi
 
@@ -96,6 +101,89 @@ class _Buffers:
 class GuardError(RuntimeError):
     """An input takes another path through Python control flow than the compiled gradient was
     traced for, and ``on_guard_failure="raise"`` was chosen. Names the guard's source line."""
+
+
+def _fingerprint(trace: Graph, tuple_result: bool) -> str:
+    """What decides the compiled code of ``trace``: its text (ops, types, input kinds, guards
+    with their source lines), the bytes of every captured constant, the result kind and whether
+    the fast-call entry is built."""
+    h = hashlib.sha256()
+    for i in sorted(trace.bindings):
+        a = np.ascontiguousarray(trace.bindings[i])
+        h.update(f"{i}:{a.dtype.str}:{a.shape}:".encode())
+        h.update(memoryview(a).cast("B"))
+    return f"{format_graph(trace)}\nconstants {h.hexdigest()}\ntuple={tuple_result} fast={_FAST}"
+
+
+@dataclass
+class _Built:
+    """What a call needs of a compiled gradient: the code library and the facts about its
+    entry point that the pipeline found. This is what an on-disk cache entry holds."""
+
+    symbol: str
+    n_inputs: int  # pointer arguments of the kernel before the value output
+    n_outputs: int
+    shapes: tuple[tuple[int, ...], ...]  # runtime arguments
+    consts: list[np.ndarray]  # constant inputs after the passes (folded, unused ones dropped)
+    stats: dict[str, Any]
+    llvm: str  # the module's text before optimisation
+    lib: CodeLibrary
+
+    def entry(self, trace: Graph) -> dict[str, bytes]:
+        """The cache entry: object code, IR text, and a JSON description. A constant that is one
+        of ``trace``'s captured arrays is stored as its index there (it is part of the key);
+        only constants made by the passes are stored as data."""
+        def where(a: np.ndarray) -> tuple:
+            return a.__array_interface__["data"][0], a.shape, a.dtype.str
+
+        captured = {where(np.asarray(a)): i for i, a in trace.bindings.items()}
+        consts, parts = [], {}
+        for k, c in enumerate(self.consts):
+            i = captured.get(where(c))
+            if i is None:
+                buf = io.BytesIO()
+                np.save(buf, c, allow_pickle=False)
+                parts[f"const{k}"] = buf.getvalue()
+                consts.append(["data", k])
+            else:
+                consts.append(["trace", i])
+        meta = {
+            "symbol": self.symbol,
+            "n_inputs": self.n_inputs,
+            "n_outputs": self.n_outputs,
+            "shapes": [list(s) for s in self.shapes],
+            "consts": consts,
+            "stats": self.stats,
+        }
+        parts["object"] = self.lib.object
+        parts["llvm"] = zlib.compress(self.llvm.encode())
+        parts["llvm-opt"] = zlib.compress(self.lib.llvm_ir.encode())
+        parts["meta"] = json.dumps(meta).encode()
+        return parts
+
+    @classmethod
+    def from_entry(cls, parts: dict[str, bytes] | None, trace: Graph) -> "_Built | None":
+        """The gradient stored in a cache entry, or ``None`` when there is none or it does not
+        decode (then the caller compiles and replaces it)."""
+        if parts is None:
+            return None
+        try:
+            meta = json.loads(parts["meta"])
+            consts = []
+            for kind, i in meta["consts"]:
+                if kind == "trace":
+                    consts.append(np.ascontiguousarray(trace.bindings[i]))
+                else:
+                    consts.append(np.load(io.BytesIO(parts[f"const{i}"]), allow_pickle=False))
+            llvm = zlib.decompress(parts["llvm"]).decode()
+            llvm_opt = zlib.decompress(parts["llvm-opt"]).decode()
+            shapes = tuple(tuple(int(d) for d in s) for s in meta["shapes"])
+            fields = (meta["symbol"], int(meta["n_inputs"]), int(meta["n_outputs"]))
+            stats = meta["stats"]
+            obj = parts["object"]
+        except (KeyError, ValueError, TypeError, IndexError, OSError, zlib.error):
+            return None
+        return cls(*fields, shapes, consts, stats, llvm, CodeLibrary.load(obj, llvm_opt))
 
 
 class GuardWarning(RuntimeWarning):
@@ -240,60 +328,103 @@ class GradientFunction(functools.partial):
     def _build(
         self, trace: Graph, f: Callable | None, tuple_result: bool, t_trace: float, cache: ObjectCache | None
     ) -> None:
+        """Compile ``trace`` (or load its machine code from ``cache``) and set up the calls.
+
+        The cache key is the trace itself (:func:`_fingerprint`: its text with guards, the
+        captured constants' bytes, the result kind), so a hit skips reverse mode, the passes,
+        lowering and LLVM; the pipeline is deterministic, so the same trace always gives the
+        same machine code. The stages after ``trace`` are recomputed only if :meth:`ir` asks.
+        """
         runtime_kinds = [k for k in trace.kinds if k != "const"]
         self.fn = f
         self.argnums = tuple(i for i, k in enumerate(runtime_kinds) if k == "active")
         self._tuple_result = tuple_result
-        timings: dict[str, float] = {}
+        self._stages: dict[str, Any] = {"trace": trace}
+        timings: dict[str, float] = {"trace": t_trace}
+        key = built = None
+        if cache is not None:
+            t0 = time.perf_counter()
+            key = cache_key(_fingerprint(trace, tuple_result), f"tapejit-{_VERSION}")
+            built = _Built.from_entry(cache.load(key), trace)
+            timings["cache_key"] = time.perf_counter() - t0
+        if built is None:
+            built = self._compile(trace, tuple_result, timings, keep_object=cache is not None)
+            if cache is not None:
+                cache.store(key, built.entry(trace))
+        else:
+            timings.update(built.lib.timings)
+        self._bind(built, trace, tuple_result, timings, cache)
+
+    def _front(self, trace: Graph) -> tuple[Graph, Graph, Program, dict, dict[str, float]]:
+        """Reverse mode, the passes and the memory plan of ``trace``: ``(joint graph, optimised
+        graph, program, pass statistics, timings)``."""
         t1 = time.perf_counter()
         joint = autodiff.vjp_graph(trace)
         t2 = time.perf_counter()
         opt, pass_stats = passes.optimise(joint)
+        t3 = time.perf_counter()
         prog = passes.plan(opt)
+        t4 = time.perf_counter()
+        self._stages.update(grad=joint, opt=opt, plan=prog)
+        return joint, opt, prog, pass_stats, {"autodiff": t2 - t1, "passes": t3 - t2, "plan": t4 - t3}
+
+    def _compile(self, trace: Graph, tuple_result: bool, timings: dict, keep_object: bool) -> "_Built":
+        """The whole pipeline after tracing: a :class:`_Built` with a live code library."""
+        joint, opt, prog, pass_stats, front = self._front(trace)
+        timings.update(front)
         t3 = time.perf_counter()
         symbol = f"tj_{trace.name}".replace("<", "_").replace(">", "_")
         module = lower(prog, symbol)
         g = prog.graph
-        # Captured constants: snapshotted at trace time, C-contiguous, pointers made once.
-        self._consts = [
-            np.ascontiguousarray(g.bindings[i]) for i, k in enumerate(g.kinds) if k == "const"
-        ]
         runtime = [n for n, k in zip(g.inputs, g.kinds) if k != "const"]
-        self._shapes = tuple(n.shape for n in runtime)
-        self._grad_shapes = tuple(self._shapes[i] for i in self.argnums)
-        if _FAST:
-            self._fast_buffers = _Buffers(prog.workspace_bytes)
-            spec = _fastcall.Spec(self._shapes, self._grad_shapes, tuple_result, len(self._consts))
-            _fastcall.add_trampoline(module, symbol, spec, symbol + "_fast")
-        n_consts = len(self._consts)
-        if list(g.kinds[len(runtime) :]) != ["const"] * n_consts:
+        consts = [np.ascontiguousarray(g.bindings[i]) for i, k in enumerate(g.kinds) if k == "const"]
+        if list(g.kinds[len(runtime) :]) != ["const"] * len(consts):
             raise AssertionError("graph inputs must list runtime arguments before constants")
+        shapes = tuple(n.shape for n in runtime)
+        grad_shapes = tuple(shapes[i] for i in self.argnums)
+        if _FAST:
+            spec = _fastcall.Spec(shapes, grad_shapes, tuple_result, len(consts))
+            _fastcall.add_trampoline(module, symbol, spec, symbol + "_fast")
         _batch.add_batch_entry(
             module,
             symbol,
-            [max(1, int(np.prod(s))) for s in self._shapes],
-            n_consts,
-            [max(1, int(np.prod(s))) for s in self._grad_shapes],
+            [max(1, int(np.prod(s))) for s in shapes],
+            len(consts),
+            [max(1, int(np.prod(s))) for s in grad_shapes],
             symbol + "_batch",
         )
-        self._symbol = symbol
-        self._llvm = str(module)
-        t4 = time.perf_counter()
-        self._lib = CodeLibrary(module, cache, salt=f"tapejit-{_VERSION}")
-        timings.update(trace=t_trace, autodiff=t2 - t1, passes=t3 - t2, lower=t4 - t3)
-        timings.update(self._lib.timings)
-        self._stages: dict[str, Graph | Program] = {
-            "trace": trace,
-            "grad": joint,
-            "opt": opt,
-            "plan": prog,
+        text = CodeLibrary.prepare(module)
+        timings["lower"] = time.perf_counter() - t3
+        lib = CodeLibrary.compile(text, emit_object=keep_object)
+        timings.update(lib.timings)
+        stats = {
+            "nodes": {"trace": len(trace.nodes), "grad": len(joint.nodes), "opt": len(opt.nodes)},
+            "passes": pass_stats,
+            "workspace_bytes": prog.workspace_bytes,
+            "kernels": prog.stats["kernels"],
+            "work": prog.stats["work"],
+            "buffers": prog.stats["buffers"],
+            "recomputed": prog.stats["recomputed"],
         }
+        return _Built(symbol, len(g.inputs), len(g.outputs), shapes, consts, stats, text, lib)
+
+    def _bind(self, built: "_Built", trace: Graph, tuple_result: bool, timings: dict, cache) -> None:
+        """Set up the native calls of ``built`` (pointers, workspaces, the fast path)."""
+        symbol = built.symbol
+        self._consts = built.consts
+        self._shapes = built.shapes
+        self._grad_shapes = tuple(self._shapes[i] for i in self.argnums)
+        self._symbol = symbol
+        self._llvm = built.llvm
+        self._lib = built.lib
+        workspace_bytes = built.stats["workspace_bytes"]
         self.name = trace.name
         self._const_ptrs = tuple(_ffi.from_buffer(c) for c in self._consts)
-        self._native = _entry.bind(self._lib.address(symbol), len(g.inputs), len(g.outputs))
+        self._native = _entry.bind(self._lib.address(symbol), built.n_inputs, built.n_outputs)
         self._keepalive: list[Any] = []
         entry: Callable = self._slow_call
         if _FAST:
+            self._fast_buffers = _Buffers(workspace_bytes)
             address = self._lib.address(symbol + "_fast")
             _fastcall.fill_env(
                 self._lib.global_address(_fastcall.env_name(symbol + "_fast")),
@@ -305,29 +436,26 @@ class GradientFunction(functools.partial):
         self._entry = entry
         self._guards = trace.guards
         functools.partial.__setstate__(self, (entry, (), {}, self.__dict__))
-        self._tls = _Workspace(prog.workspace_bytes)
-        n_ptrs = len(g.inputs) + 1 + len(self._grad_shapes) + 1
+        self._tls = _Workspace(workspace_bytes)
+        n_ptrs = built.n_inputs + 1 + len(self._grad_shapes) + 1
         self._batch_native = _entry.bind_batch(self._lib.address(symbol + "_batch"), n_ptrs)
         self._batch_workspaces: list[_Buffers] = []
         # The last fully validated call with out=: (args, outs, pointers). A repeat call with the
         # same objects re-checks only what can change in place (shape, dtype, layout, writeable).
         self._last: tuple[tuple, tuple, list] | None = None
+        hit = cache is not None and built.lib.timings.keys() == {"cache_load"}
         self.stats: dict[str, Any] = {
-            "nodes": {"trace": len(trace.nodes), "grad": len(joint.nodes), "opt": len(opt.nodes)},
-            "passes": pass_stats,
-            "workspace_bytes": prog.workspace_bytes,
-            "kernels": prog.stats["kernels"],
-            "work": prog.stats["work"],
-            "buffers": prog.stats["buffers"],
-            "recomputed": prog.stats["recomputed"],
+            **built.stats,
             "constants_bytes": sum(c.nbytes for c in self._consts),
-            "cache": "off" if cache is None else ("hit" if self._lib.cache_hit else "miss"),
+            "cache": "off" if cache is None else ("hit" if hit else "miss"),
             "timings": timings,
         }
 
     # -- introspection ------------------------------------------------------------------------
     def ir(self, stage: str = "grad") -> str:
         """Printed form of a pipeline stage: one of :data:`STAGES`."""
+        if stage in ("grad", "opt", "plan") and stage not in self._stages:
+            self._front(self._stages["trace"])  # a cache hit skipped them: recompute
         if stage in self._stages:
             return str(self._stages[stage])
         if stage == "llvm":
@@ -634,8 +762,9 @@ def compile(
     ``argnums`` (int or tuple of ints) selects the arguments to differentiate; the others are
     runtime inputs that get no gradient. Numpy arrays that ``f`` captures are snapshotted now.
     ``cache`` chooses the on-disk cache of compiled machine code (see :func:`object_cache`): a
-    hit skips LLVM entirely; tracing and the passes always run, so a changed captured array or
-    changed code is always seen.
+    hit skips everything after tracing (reverse mode, passes, LLVM); tracing always runs and the
+    key is the trace with the captured arrays' bytes, so changed code or a changed captured
+    array is always seen.
 
     Python control flow on traced values (``if x[0] > 1:``, ``range(int(x[0]))``, ``float(x)``)
     follows the example input and records a *guard*; the native code re-checks every guard and,

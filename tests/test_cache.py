@@ -168,3 +168,50 @@ def test_generated_code_is_deterministic_within_a_process():
     x = RNG.random(12)
     a, b = tj.compile(eam, x, cache=False), tj.compile(eam, x, cache=False)
     assert a.ir("llvm") == b.ir("llvm")
+
+
+def test_a_hit_skips_everything_after_tracing(tmp_path):
+    """The key is the trace, so a hit runs no reverse mode, passes, lowering or LLVM; the later
+    stages are still printable (recomputed on demand) and agree with a cold compile."""
+    cache = ObjectCache(tmp_path)
+    x = RNG.random(20)
+    cold = tj.compile(eam, x, cache=cache)
+    warm = tj.compile(eam, x, cache=cache)
+    assert set(warm.stats["timings"]) == {"trace", "cache_key", "cache_load"}
+    assert {"autodiff", "passes", "plan", "lower", "llvm_opt"} <= set(cold.stats["timings"])
+    for stage in ("grad", "opt", "plan", "llvm", "llvm-opt"):
+        assert warm.ir(stage) == cold.ir(stage), stage
+    for key in ("kernels", "workspace_bytes", "work", "nodes", "passes"):
+        assert warm.stats[key] == cold.stats[key], key
+
+
+def test_captured_constants_are_part_of_the_key(tmp_path):
+    """A changed captured array is a different trace binding, hence a miss; constants the passes
+    fold (``c[1:3] * 2``) and captured arrays used as they are both come back right on a hit."""
+    cache = ObjectCache(tmp_path)
+    x = RNG.random(6)
+    for c in (RNG.random(6), RNG.random(6)):
+        f = lambda p, c=c: np.sum(np.sin(p) * c) + np.sum(c[1:3] * 2.0) * p[0]  # noqa: E731
+        ref = np.cos(x) * c
+        ref[0] += np.sum(c[1:3] * 2.0)
+        cold, warm = tj.compile(f, x, cache=cache), tj.compile(f, x, cache=cache)
+        assert (cold.stats["cache"], warm.stats["cache"]) == ("miss", "hit")
+        np.testing.assert_allclose(warm(x), ref, rtol=1e-13)
+        np.testing.assert_array_equal(warm(x), cold(x))
+    assert cache.info()["entries"] == 2
+
+
+def test_an_entry_that_does_not_decode_is_a_miss(tmp_path):
+    """A well-framed entry whose description is broken (e.g. written by a future version under
+    the same key) is not trusted: recompiled and replaced."""
+    cache = ObjectCache(tmp_path)
+    x = RNG.random(9)
+    ref = tj.compile(eam, x, cache=cache)(x)
+    path = _entry(cache)
+    key = path.name[: -len(".tjo")]
+    parts = cache.load(key)
+    cache.store(key, {**parts, "meta": b"{not json"})
+    again = tj.compile(eam, x, cache=cache)
+    assert again.stats["cache"] == "miss"
+    np.testing.assert_array_equal(again(x), ref)
+    assert tj.compile(eam, x, cache=cache).stats["cache"] == "hit"
