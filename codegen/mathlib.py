@@ -1,42 +1,614 @@
-"""Lowering of transcendental functions: the one table of math implementations.
+"""Transcendental functions as branch-free LLVM IR: the one table of math implementations.
 
-Each entry maps an op name to how its scalar double result is produced. For now these are LLVM
-intrinsics (``llvm.exp.f64`` ...) or libm calls, which LLVM cannot vectorise on this target
-(llvmlite ships no vector math library; see DESIGN.md). Vectorisable polynomial implementations
-replace these rows later without touching the lowering.
+llvmlite 0.50 ships no vector math library (DESIGN.md, "Math must be our own"), so an
+``llvm.exp.f64`` in a loop is scalarised into libm calls (~5 ns/element). Every function here is
+instead written in ``llvmlite.ir`` as straight-line double arithmetic — ``llvm.fma.f64``, integer
+operations on the bit pattern (bitcast to i64) for exponent manipulation, and ``select`` for the
+special cases; no control flow — so LLVM's loop vectoriser turns a loop that calls one into 8-wide
+(zmm) code.
+
+Contract. :func:`call` emits ``op(*args)`` on doubles. Ops with an IR body (``exp log log1p expm1
+sin cos tanh pow``) are defined once per module, on first use, as an internal function
+``tapejit.math.<op>``:
+
+* ``inline=True`` (loop bodies) calls a copy marked ``alwaysinline``: O3 inlines it before the loop
+  vectoriser runs, and the copy is deleted once inlined;
+* ``inline=False`` (straight-line scalar code) calls ``tapejit.math.<op>.ool``, marked
+  ``noinline``: one out-of-line copy per module, so scalar code stays small (compile time grows
+  faster than linearly in straight-line code; DESIGN.md).
+
+``sqrt``, ``abs``, ``maximum`` and ``minimum`` stay single instructions (``llvm.sqrt``,
+``llvm.fabs``, ``llvm.maximum``/``llvm.minimum``, the last two propagate NaN as numpy does).
+
+No fast-math flags are used anywhere: the double-double steps below rely on IEEE rounding of
+each operation and would be destroyed by reassociation or contraction.
+
+Accuracy: the maximum error measured on 2^20 random points per range (several ranges per
+function; tests/test_mathlib.py checks these bounds), in whole ulps against numpy 2.4 (its own
+SIMD/glibc routines) and in fractional ulps against an x86 ``long double`` evaluation (64-bit
+significand). These are sampled maxima, not proofs::
+
+    op     vs numpy  vs long double  range covered
+    exp    <= 1      0.77            all x; subnormal results by one correct rounding
+    log    <= 1      0.81            subnormal .. max double
+    log1p  <= 1      0.80            (-1, max double], tiny x
+    expm1  <= 1      0.87            all x
+    tanh   <= 2 (*)  1.03            all x   (*) measured 1; numpy's tanh is itself 1.19 ulp off
+    sin    <= 1      0.78            |x| <= 2^50 (~1.1e15); NaN beyond (see _sincos)
+    cos    <= 1      0.78            |x| <= 2^50
+    pow    <= 1      0.84            x^y up to 2^+-1023, subnormal x and results, x near 1
+                                     with |y| up to 7e4; numpy/C99 special cases bit-exact
+
+Throughput (loop over 10^4 doubles, AVX-512 Zen 5, ns/element; numpy in brackets): exp 0.65
+(0.67), log 0.78 (0.60), log1p 0.75 (0.69), expm1 0.88 (0.85), tanh 1.7 (0.87), sin 1.6 (8.9),
+cos 1.6 (9.1), pow 3.4 (1.4). Unvectorised libm calls cost ~5 ns.
+
+Sources of the polynomials (no code was copied; the structure follows the cited descriptions):
+
+* exp, expm1: Taylor coefficients 1/k!, each rounded to nearest double (computed exactly with
+  :class:`fractions.Fraction` below); Cody & Waite range reduction (W. J. Cody, W. Waite,
+  *Software Manual for the Elementary Functions*, 1980) with the split of ln 2 used by FDLIBM.
+* log, log1p: the reduction to ``s = f/(2+f)`` and the minimax coefficients ``Lg1..Lg7`` of
+  ``R(s^2)`` are Sun's FDLIBM (``e_log.c``, ``s_log1p.c``; published, Remez-fitted by Sun).
+* sin, cos: FDLIBM's minimax kernels (``k_sin.c`` coefficients ``S1..S6``, ``k_cos.c``
+  ``C1..C6``, valid on [-pi/4, pi/4] with a tail correction), after a four-part Cody-Waite
+  reduction by pi/2 whose pieces are computed below from a 200-digit value of pi.
+* pow: exp(y log|x|) with a double-double log from the series
+  ``log m = 2 atanh s = 2 (s + s^3/3 + s^5/5 + ...)`` (coefficients 2/(2k+1), exact rationals
+  rounded to double) and the exp above applied to a double-double argument.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from fractions import Fraction
+from collections.abc import Callable
+
 import llvmlite.ir as ir
 
 F64 = ir.DoubleType()
+I64 = ir.IntType(64)
 
-#: op -> ("intrinsic" | "libm", symbol)
-MATH: dict[str, tuple[str, str]] = {
-    "exp": ("intrinsic", "llvm.exp"),
-    "log": ("intrinsic", "llvm.log"),
-    "sin": ("intrinsic", "llvm.sin"),
-    "cos": ("intrinsic", "llvm.cos"),
-    "sqrt": ("intrinsic", "llvm.sqrt"),
-    "abs": ("intrinsic", "llvm.fabs"),
-    "pow": ("intrinsic", "llvm.pow"),
-    "maximum": ("intrinsic", "llvm.maximum"),
-    "minimum": ("intrinsic", "llvm.minimum"),
-    "log1p": ("libm", "log1p"),
-    "expm1": ("libm", "expm1"),
-    "tanh": ("libm", "tanh"),
-}
+
+# ----------------------------------------------------------------------------------------------
+# Constants, derived here rather than pasted as opaque literals.
+
+_PI = Fraction(
+    Decimal(
+        "3.14159265358979323846264338327950288419716939937510582097494459230781640628620899862803482"
+        "534211706798214808651328230664709384460955058223172535940812848111745028410270193852110555"
+        "964462294895493038196"
+    )
+)
+_LN2 = Fraction(
+    Decimal("0.69314718055994530941723212145817656807550013436025525412068000949339362")
+)
+
+
+def _split(v: Fraction, parts: int) -> list[float]:
+    """``v`` as an unevaluated sum of ``parts`` doubles (each the nearest double to the rest)."""
+    out = []
+    for _ in range(parts):
+        d = float(v)
+        out.append(d)
+        v -= Fraction(d)
+    return out
+
+
+PIO2 = _split(_PI / 2, 4)  # pi/2 = PIO2[0] + PIO2[1] + PIO2[2] + PIO2[3] (~212 bits)
+TWO_OVER_PI = _split(2 / _PI, 2)
+LN2_DD = _split(_LN2, 2)  # ln 2 as a double-double (pow's log)
+TWO_THIRDS = _split(Fraction(2, 3), 2)
+# Cody-Waite split of ln 2 (FDLIBM's ln2_hi/ln2_lo): LN2_HI has 32 significant bits, so n*LN2_HI
+# is exact for |n| < 2^21, and x - n*LN2_HI is exact (Sterbenz) for the n = round(x/ln 2) used.
+LN2_HI = float.fromhex("0x1.62e42feep-1")
+LN2_LO = float(_LN2 - Fraction(LN2_HI))
+LOG2E = float(1 / _LN2)
+SHIFT = 1.5 * 2.0**52  # adding it rounds to an integer held in the low significand bits
+INV_FACT = [float(Fraction(1, math.factorial(k))) for k in range(14)]  # 1/k!, k = 0..13
+ATANH_SERIES = [float(Fraction(2, 2 * k + 1)) for k in range(2, 12)]  # 2/5, 2/7, ..., 2/23
+
+# FDLIBM e_log.c: log(1+f) = f - f^2/2 + s*(f^2/2 + R(s^2)), R(z) = Lg1 z + ... + Lg7 z^7,
+# a Remez minimax fit on |s| <= 0.1716 with |error| < 2^-58.45 (as published).
+LG = [
+    6.666666666666735130e-01,
+    3.999999999940941908e-01,
+    2.857142874366239149e-01,
+    2.222219843214978396e-01,
+    1.818357216161805012e-01,
+    1.531383769920937332e-01,
+    1.479819860511658591e-01,
+]
+# FDLIBM k_sin.c: sin(x) ~ x + S1 x^3 + ... + S6 x^13 on |x| <= pi/4, |error| < 2^-58.
+SIN_C = [
+    -1.66666666666666324348e-01,
+    8.33333333332248946124e-03,
+    -1.98412698298579493134e-04,
+    2.75573137070700676789e-06,
+    -2.50507602534068634195e-08,
+    1.58969099521155010221e-10,
+]
+# FDLIBM k_cos.c: cos(x) ~ 1 - x^2/2 + C1 x^4 + ... + C6 x^14 on |x| <= pi/4, |error| < 2^-58.
+COS_C = [
+    4.16666666666666019037e-02,
+    -1.38888888888741095749e-03,
+    2.48015872894767294178e-05,
+    -2.75573143513906633035e-07,
+    2.08757232129817482790e-09,
+    -1.13596475577881948265e-11,
+]
+SQRT1_2_BITS = 0x3FE6A09E667F3BCD  # bits of sqrt(2)/2: m is reduced to [sqrt(2)/2, sqrt(2))
+EXP_MASK = 0xFFF0000000000000
+MIN_NORMAL = 2.2250738585072014e-308
+TRIG_MAX = 2.0**50  # sin/cos reduction is accurate for |x| <= 2^50; beyond it they return NaN
+
+
+# ----------------------------------------------------------------------------------------------
+# Emission helpers (scalar IR; vectorisation is LLVM's job).
+
+
+def _c(v: float) -> ir.Constant:
+    return ir.Constant(F64, v)
+
+
+def _i(v: int) -> ir.Constant:
+    return ir.Constant(I64, v - (1 << 64) if v >= 1 << 63 else v)
+
+
+def _intrinsic(b: ir.IRBuilder, name: str, *args: ir.Value) -> ir.Value:
+    fn = b.module.declare_intrinsic(name, [F64], ir.FunctionType(F64, [F64] * len(args)))
+    return b.call(fn, list(args))
+
+
+def _fma(b, x, y, z):
+    return _intrinsic(b, "llvm.fma", x, y, z)
+
+
+def _horner(b, x, coeffs):
+    """``coeffs[0] + coeffs[1] x + ...`` by Horner's rule with fused multiply-adds."""
+    acc = _c(coeffs[-1])
+    for a in reversed(coeffs[:-1]):
+        acc = _fma(b, acc, x, _c(a))
+    return acc
+
+
+def _bits(b, x):
+    return b.bitcast(x, I64)
+
+
+def _double(b, i):
+    return b.bitcast(i, F64)
+
+
+def _pow2(b, n):
+    """2^n as a double for an i64 ``n`` in [-1022, 1023]."""
+    return _double(b, b.shl(b.add(n, _i(1023)), _i(52)))
+
+
+def _lt(b, x, y):
+    return b.fcmp_ordered("<", x, y)
+
+
+def _gt(b, x, y):
+    return b.fcmp_ordered(">", x, y)
+
+
+def _eq(b, x, y):
+    return b.fcmp_ordered("==", x, y)
+
+
+def _isnan(b, x):
+    return b.fcmp_unordered("uno", x, x)
+
+
+def _two_sum(b, x, y):
+    """(s, e) with s = fl(x + y) and s + e = x + y exactly (Knuth)."""
+    s = b.fadd(x, y)
+    bb = b.fsub(s, x)
+    e = b.fadd(b.fsub(x, b.fsub(s, bb)), b.fsub(y, bb))
+    return s, e
+
+
+def _fast_two_sum(b, x, y):
+    """(s, e) with s + e = x + y exactly, given |x| >= |y| (Dekker)."""
+    s = b.fadd(x, y)
+    return s, b.fsub(y, b.fsub(s, x))
+
+
+def _reduce_exponent(b, x):
+    """(m, k) with x = m 2^k, m in [sqrt(2)/2, sqrt(2)), k an i64, for finite x > 0 normal."""
+    tmp = b.sub(_bits(b, x), _i(SQRT1_2_BITS))
+    k = b.ashr(tmp, _i(52))
+    m = _double(b, b.sub(_bits(b, x), b.and_(tmp, _i(EXP_MASK))))
+    return m, k
+
+
+# ----------------------------------------------------------------------------------------------
+# The functions. Each takes doubles and returns a double; see the module docstring for sources.
+
+
+def _exp_core(b, x, lo=None):
+    """exp(x + lo) for x already clamped to [-746, 710] (or NaN), |lo| <= 2^-40 |x| or None.
+
+    Range reduction (Cody-Waite): n = round(x / ln 2) via the 1.5*2^52 shift (exact for the
+    clamped range), r = x - n LN2_HI exactly, then r - n LN2_LO (+ lo) kept as a double-double
+    (rr, rc). exp(r) = (1 + rr) + (rr^2 P(rr) + rc) with P the Taylor series 1/2! .. 1/13!
+    (truncation error < 2^-62 on |r| <= 0.35) and 1 + rr an exact two-sum, so the result carries
+    one final rounding plus ~2^-57 (exact cases such as 3.0**2 come out exact). Scaling by 2^n in two steps 2^floor(n/2) * 2^(n - floor(n/2)): the first
+    product is exact, so overflow to inf and gradual underflow to subnormals/zero come from one
+    correctly placed rounding.
+    """
+    kd = _fma(b, x, _c(LOG2E), _c(SHIFT))
+    nf = b.fsub(kd, _c(SHIFT))
+    n = b.sub(_bits(b, kd), _bits(b, _c(SHIFT)))
+    hi = _fma(b, nf, _c(-LN2_HI), x)  # exact
+    corr = b.fmul(nf, _c(LN2_LO))
+    if lo is not None:
+        corr = b.fsub(corr, lo)
+    rr = b.fsub(hi, corr)
+    rc = b.fsub(b.fsub(hi, rr), corr)  # rr + rc = hi - corr (|hi| >= |corr| unless hi ~ 0)
+    q = _horner(b, rr, INV_FACT[2:])
+    one, one_e = _fast_two_sum(b, _c(1.0), rr)  # 1 + rr exactly
+    e = b.fadd(one, b.fadd(one_e, _fma(b, b.fmul(rr, rr), q, rc)))
+    n1 = b.ashr(n, _i(1))
+    e = b.fmul(b.fmul(e, _pow2(b, n1)), _pow2(b, b.sub(n, n1)))
+    return e
+
+
+def _clamp(b, x, lo, hi):
+    """x limited to [lo, hi]; NaN passes through (ordered compares are false)."""
+    x = b.select(_gt(b, x, _c(hi)), _c(hi), x)
+    return b.select(_lt(b, x, _c(lo)), _c(lo), x)
+
+
+def _exp(b, x):
+    """exp(x) (see :func:`_exp_core`); exp(-inf) = 0, exp(inf) = inf, NaN in -> NaN out."""
+    return _exp_core(b, _clamp(b, x, -746.0, 710.0))
+
+
+def _log_parts(b, x):
+    """(dk, f, s, hfsq, R) of FDLIBM's log reduction of finite x > 0 (subnormals scaled by 2^54):
+    x = 2^k (1 + f), 1 + f in [sqrt(2)/2, sqrt(2)), s = f / (2 + f), R = R(s^2) from ``LG``."""
+    sub = _lt(b, x, _c(MIN_NORMAL))
+    xs = b.select(sub, b.fmul(x, _c(2.0**54)), x)
+    m, k = _reduce_exponent(b, xs)
+    dk = b.fadd(b.sitofp(k, F64), b.select(sub, _c(-54.0), _c(0.0)))
+    return (dk, *_log_kernel(b, b.fsub(m, _c(1.0))))
+
+
+def _log_kernel(b, f):
+    s = b.fdiv(f, b.fadd(_c(2.0), f))
+    z = b.fmul(s, s)
+    w = b.fmul(z, z)
+    t1 = b.fmul(w, _horner(b, w, LG[1::2]))  # w (Lg2 + w Lg4 + w^2 Lg6)
+    t2 = b.fmul(z, _horner(b, w, LG[0::2]))  # z (Lg1 + w Lg3 + w^2 Lg5 + w^3 Lg7)
+    hfsq = b.fmul(b.fmul(_c(0.5), f), f)
+    return f, s, hfsq, b.fadd(t2, t1)
+
+
+def _log(b, x):
+    """log(x): FDLIBM's reduction x = 2^k (1+f), log(1+f) = f - hfsq + s (hfsq + R(s^2)) with
+    s = f/(2+f), evaluated as k LN2_HI - ((hfsq - (s (hfsq + R) + k LN2_LO)) - f).
+    Special values: log(0) = -inf, log(x<0) = NaN, log(inf) = inf, NaN -> NaN."""
+    dk, f, s, hfsq, r = _log_parts(b, x)
+    inner = b.fadd(b.fmul(s, b.fadd(hfsq, r)), b.fmul(dk, _c(LN2_LO)))
+    res = b.fsub(b.fmul(dk, _c(LN2_HI)), b.fsub(b.fsub(hfsq, inner), f))
+    res = b.select(_eq(b, x, _c(math.inf)), x, res)
+    res = b.select(_lt(b, x, _c(0.0)), _c(math.nan), res)
+    res = b.select(_eq(b, x, _c(0.0)), _c(-math.inf), res)
+    return b.select(_isnan(b, x), x, res)
+
+
+def _log1p(b, x):
+    """log(1+x): FDLIBM's s_log1p.c scheme. u = 1 + x is reduced like :func:`_log`; the rounding
+    error of u is recovered exactly as c = (1 - (u - x)) or (x - (u - 1)) and added as c/u.
+    log1p(±0) = ±0, log1p(-1) = -inf, log1p(x < -1) = NaN, log1p(inf) = inf, NaN -> NaN."""
+    u = b.fadd(_c(1.0), x)
+    m, k = _reduce_exponent(b, u)
+    dk = b.sitofp(k, F64)
+    big = b.icmp_signed(">=", k, _i(2))
+    c = b.select(big, b.fsub(_c(1.0), b.fsub(u, x)), b.fsub(x, b.fsub(u, _c(1.0))))
+    c = b.fdiv(c, u)
+    c = b.select(b.icmp_signed(">=", k, _i(54)), _c(0.0), c)
+    f, s, hfsq, r = _log_kernel(b, b.fsub(m, _c(1.0)))
+    res = b.fadd(b.fmul(s, b.fadd(hfsq, r)), b.fadd(b.fmul(dk, _c(LN2_LO)), c))
+    res = b.fadd(b.fadd(b.fsub(res, hfsq), f), b.fmul(dk, _c(LN2_HI)))
+    res = b.select(_eq(b, x, _c(math.inf)), x, res)
+    res = b.select(_lt(b, x, _c(-1.0)), _c(math.nan), res)
+    res = b.select(_eq(b, x, _c(-1.0)), _c(-math.inf), res)
+    res = b.select(_eq(b, x, _c(0.0)), x, res)
+    return b.select(_isnan(b, x), x, res)
+
+
+def _expm1_dd(b, xc):
+    """(a, low, n): expm1(xc) = (a + low) * (2 if n > 1023 else 1), a + low a double-double with
+    |low| <= ulp(a), for xc clamped to [-60, 710] (or NaN).
+
+    Same reduction as :func:`_exp_core`: r = rr + rc as a double-double, expm1(r) = rr + tail,
+    tail = rr^2 P(rr) + rc (1 + rr) with the Taylor coefficients 1/2! .. 1/13!. Then
+    expm1(x) = ((2^n - 1) + 2^n rr) + 2^n tail, where the first sum is an exact two-sum (2^n rr
+    is exact, and so is 2^n - 1 for n <= 53; for n > 53 the -1 joins the low-order part), so
+    there is no cancellation loss for n = -1, 1. For n = 1024 (x in (709.44, 709.79]) the scale
+    2^n is applied as 2^1023 * 2 by the caller.
+    """
+    kd = _fma(b, xc, _c(LOG2E), _c(SHIFT))
+    nf = b.fsub(kd, _c(SHIFT))
+    n = b.sub(_bits(b, kd), _bits(b, _c(SHIFT)))
+    hi = _fma(b, nf, _c(-LN2_HI), xc)
+    lo = b.fmul(nf, _c(LN2_LO))
+    rr = b.fsub(hi, lo)
+    rc = b.fsub(b.fsub(hi, rr), lo)
+    q = _horner(b, rr, INV_FACT[2:])
+    tail = _fma(b, b.fmul(rr, rr), q, _fma(b, rc, rr, rc))
+    na = b.select(b.icmp_signed(">", n, _i(1023)), _i(1023), n)
+    s = _pow2(b, na)
+    wide = b.icmp_signed(">", n, _i(53))
+    a, ae = _two_sum(b, b.select(wide, s, b.fsub(s, _c(1.0))), b.fmul(s, rr))
+    low = b.fadd(_fma(b, s, tail, ae), b.select(wide, _c(-1.0), _c(0.0)))
+    a, low = _fast_two_sum(b, a, low)  # |low| < |a|: renormalise
+    return a, low, n
+
+
+def _expm1(b, x):
+    """exp(x) - 1 without cancellation near 0 (:func:`_expm1_dd`, x clamped to [-60, 710]:
+    expm1 rounds to -1 below -38). expm1(±0) = ±0, expm1(-inf) = -1, expm1(inf) = inf,
+    NaN -> NaN."""
+    a, low, n = _expm1_dd(b, _clamp(b, x, -60.0, 710.0))
+    res = b.fmul(b.fadd(a, low), b.select(b.icmp_signed(">", n, _i(1023)), _c(2.0), _c(1.0)))
+    return b.select(_eq(b, x, _c(0.0)), x, res)
+
+
+def _div_dd(b, nh, nl, dh, dl):
+    """(nh + nl) / (dh + dl) as a double-double (~2^-100 relative): one reciprocal, q = nh / dh
+    to ~1 ulp, then one correction step (the remainder nh - q dh is exact by fma)."""
+    inv = b.fdiv(_c(1.0), dh)
+    q = b.fmul(nh, inv)
+    rem = b.fsub(b.fadd(_fma(b, b.fneg(q), dh, nh), nl), b.fmul(q, dl))
+    return q, b.fmul(rem, inv)
+
+
+def _tanh(b, x):
+    """tanh(x) from expm1 of a = |x| (the scheme of FDLIBM's s_tanh.c, branch-free):
+    a < 0.55: t = expm1(-2a), tanh = -t / (2 + t); a >= 0.55: t = expm1(2a), tanh = 1 - 2/(t + 2);
+    one expm1 serves both (its argument is selected; a is clamped to 22, where tanh rounds to 1).
+    t, 2 + t and the quotient are kept as double-doubles (:func:`_expm1_dd`, :func:`_div_dd`),
+    so only the final addition rounds. The sign is restored with copysign, so tanh(±0) = ±0,
+    tanh(±inf) = ±1, NaN -> NaN."""
+    a = _intrinsic(b, "llvm.fabs", x)
+    a = b.select(_gt(b, a, _c(22.0)), _c(22.0), a)
+    small = _lt(b, a, _c(0.55))
+    th, tl, _ = _expm1_dd(b, b.select(small, b.fmul(a, _c(-2.0)), b.fmul(a, _c(2.0))))
+    dh, dl = _two_sum(b, _c(2.0), th)  # 2 + t as a double-double
+    dl = b.fadd(dl, tl)
+    # one double-double division serves both: -t/(2+t) (near) or 2/(t+2) (far)
+    nh = b.select(small, b.fneg(th), _c(2.0))
+    nl = b.select(small, b.fneg(tl), _c(0.0))
+    q, ql = _div_dd(b, nh, nl, dh, dl)
+    res = b.select(small, b.fadd(q, ql), b.fsub(b.fsub(_c(1.0), q), ql))
+    res = b.select(_isnan(b, x), x, res)
+    return _intrinsic(b, "llvm.copysign", res, x)
+
+
+def _reduce_pio2(b, x):
+    """(q, rh, rl): q = nearest integer to x 2/pi (a double), x - q pi/2 = rh + rl.
+
+    q is rounded from x * (2/pi) as a double-double, so it is the nearest integer for |x| <=
+    2^50. The remainder uses pi/2 = P0 + P1 + P2 + P3 (~212 bits) with exact products by fma
+    (q P = h + l): x - h0 is exact (Sterbenz), the next terms are summed with error-free
+    two-sums, the smallest ones in plain double. Accurate to ~2^-100 |x| absolute for
+    |x| <= 2^50 (a four-part Cody-Waite reduction; no Payne-Hanek table)."""
+    qh = b.fmul(x, _c(TWO_OVER_PI[0]))
+    q0 = _intrinsic(b, "llvm.roundeven", qh)
+    d = b.fadd(_fma(b, x, _c(TWO_OVER_PI[0]), b.fneg(q0)), b.fmul(x, _c(TWO_OVER_PI[1])))
+    q = b.fadd(q0, _intrinsic(b, "llvm.roundeven", d))
+    h0 = b.fmul(q, _c(PIO2[0]))
+    l0 = _fma(b, q, _c(PIO2[0]), b.fneg(h0))
+    h1 = b.fmul(q, _c(PIO2[1]))
+    l1 = _fma(b, q, _c(PIO2[1]), b.fneg(h1))
+    h2 = b.fmul(q, _c(PIO2[2]))
+    s = b.fsub(x, h0)  # exact
+    y0, e0 = _two_sum(b, s, b.fneg(h1))
+    y1, e1 = _two_sum(b, y0, b.fneg(l0))
+    tail = b.fsub(b.fsub(b.fadd(e0, e1), l1), b.fadd(h2, b.fmul(q, _c(PIO2[3]))))
+    rh, rl = _fast_two_sum(b, y1, tail)
+    return q, rh, rl
+
+
+def _sin_kernel(b, x, y):
+    """sin(x + y), |x| <= ~pi/4, |y| tiny (FDLIBM k_sin.c form)."""
+    z = b.fmul(x, x)
+    w = b.fmul(z, z)
+    r = b.fadd(_horner(b, z, SIN_C[1:4]), b.fmul(b.fmul(z, w), _horner(b, z, SIN_C[4:])))
+    v = b.fmul(z, x)
+    inner = b.fsub(b.fmul(z, b.fsub(b.fmul(_c(0.5), y), b.fmul(v, r))), y)
+    return b.fsub(x, b.fsub(inner, b.fmul(v, _c(SIN_C[0]))))
+
+
+def _cos_kernel(b, x, y):
+    """cos(x + y), |x| <= ~pi/4, |y| tiny (FDLIBM k_cos.c form)."""
+    z = b.fmul(x, x)
+    w = b.fmul(z, z)
+    r = b.fadd(b.fmul(z, _horner(b, z, COS_C[:3])), b.fmul(b.fmul(w, w), _horner(b, z, COS_C[3:])))
+    hz = b.fmul(_c(0.5), z)
+    one_m = b.fsub(_c(1.0), hz)
+    corr = b.fadd(b.fsub(b.fsub(_c(1.0), one_m), hz), b.fsub(b.fmul(z, r), b.fmul(x, y)))
+    return b.fadd(one_m, corr)
+
+
+def _sincos(b, x, cos: bool):
+    """sin or cos: reduce by pi/2 (:func:`_reduce_pio2`), evaluate both kernels, select by the
+    quadrant q mod 4 (computed in double: q - 4 floor(q/4)). sin(±0) = ±0; ±inf and NaN give
+    NaN; |x| > 2^50 gives NaN (outside the reduction's accurate range; a visible failure
+    rather than a wrong value)."""
+    q, rh, rl = _reduce_pio2(b, x)
+    sn = _sin_kernel(b, rh, rl)
+    cs = _cos_kernel(b, rh, rl)
+    quad = b.fsub(q, b.fmul(_c(4.0), _intrinsic(b, "llvm.floor", b.fmul(q, _c(0.25)))))
+    if cos:
+        quad = b.fadd(quad, _c(1.0))
+        quad = b.select(_eq(b, quad, _c(4.0)), _c(0.0), quad)
+    odd = b.or_(_eq(b, quad, _c(1.0)), _eq(b, quad, _c(3.0)))
+    res = b.select(odd, cs, sn)
+    res = b.select(b.fcmp_ordered(">=", quad, _c(2.0)), b.fneg(res), res)
+    if not cos:
+        res = b.select(_eq(b, x, _c(0.0)), x, res)
+    ok = b.fcmp_ordered("<=", _intrinsic(b, "llvm.fabs", x), _c(TRIG_MAX))
+    return b.select(ok, res, _c(math.nan))
+
+
+def _sin(b, x):
+    """sin(x); see :func:`_sincos`."""
+    return _sincos(b, x, cos=False)
+
+
+def _cos(b, x):
+    """cos(x); see :func:`_sincos`."""
+    return _sincos(b, x, cos=True)
+
+
+def _log_dd(b, x):
+    """log(x) as a double-double (h, l) for finite x > 0, absolute error ~2^-66 |log m| + 2^-100.
+
+    x = 2^k m, m in [sqrt(2)/2, sqrt(2)); s = (m - 1)/(m + 1) as a double-double (m + 1 by an
+    exact two-sum, the quotient's remainder by fma); log m = 2s + (2/3) s^3 + s^5 Q(s^2) where
+    Q = 2/5 + 2/7 s^2 + ... + 2/23 s^18 (series truncated below 2^-70 for |s| <= 0.1716), the
+    first two terms in double-double; k ln 2 with ln 2 as a double-double and an exact product.
+    """
+    sub = _lt(b, x, _c(MIN_NORMAL))
+    xs = b.select(sub, b.fmul(x, _c(2.0**54)), x)
+    m, k = _reduce_exponent(b, xs)
+    dk = b.fadd(b.sitofp(k, F64), b.select(sub, _c(-54.0), _c(0.0)))
+    f = b.fsub(m, _c(1.0))  # exact
+    dh, dl = _two_sum(b, m, _c(1.0))
+    sh = b.fdiv(f, dh)
+    # low part of f/(m+1): remainder by fma, divided by m+1 as a product with 1/(m+1) = (1-s)/2
+    inv = b.fmul(b.fsub(_c(1.0), sh), _c(0.5))
+    sl = b.fmul(b.fsub(_fma(b, b.fneg(sh), dh, f), b.fmul(sh, dl)), inv)
+    z = b.fmul(sh, sh)
+    zl = _fma(b, sh, sh, b.fneg(z))
+    ch = b.fmul(z, sh)  # s^3 = ch + cl
+    cl = b.fadd(_fma(b, z, sh, b.fneg(ch)), b.fadd(b.fmul(zl, sh), b.fmul(b.fmul(_c(3.0), z), sl)))
+    th = b.fmul(ch, _c(TWO_THIRDS[0]))  # (2/3) s^3 = th + tl
+    tl = b.fadd(
+        _fma(b, ch, _c(TWO_THIRDS[0]), b.fneg(th)),
+        b.fadd(b.fmul(ch, _c(TWO_THIRDS[1])), b.fmul(cl, _c(TWO_THIRDS[0]))),
+    )
+    tail = b.fmul(b.fmul(ch, z), _horner(b, z, ATANH_SERIES))
+    kh = b.fmul(dk, _c(LN2_DD[0]))
+    kl = _fma(b, dk, _c(LN2_DD[0]), b.fneg(kh))
+    kl = _fma(b, dk, _c(LN2_DD[1]), kl)
+    a, ae = _two_sum(b, kh, b.fmul(_c(2.0), sh))
+    a, ae2 = _two_sum(b, a, th)
+    lo = b.fadd(b.fadd(ae, ae2), b.fadd(kl, b.fmul(_c(2.0), sl)))
+    lo = b.fadd(lo, b.fadd(tl, tail))
+    return _fast_two_sum(b, a, lo)
+
+
+def _pow(b, x, y):
+    """x**y with numpy's (C99 ``pow``) special cases.
+
+    Core: |x|^y = exp(y log|x|) with log|x| = h + l from :func:`_log_dd`, y (h + l) as a
+    double-double (exact product by fma), and :func:`_exp_core` on that double-double, so the
+    result keeps ~2^-62 relative accuracy in the exponent even for results near 2^±1023.
+    Special cases, applied by select in this order: y = ±inf (|x| = 1 -> 1, else 0 or inf);
+    x = ±0 or ±inf (0 or inf, signed like x when y is an odd integer); x < 0 finite: NaN for a
+    non-integer y, negated for an odd integer y; NaN in x or y -> NaN; then pow(x, ±0) = 1 and
+    pow(1, y) = 1 for any x, y (NaN included).
+    """
+    ax = _intrinsic(b, "llvm.fabs", x)
+    ay = _intrinsic(b, "llvm.fabs", y)
+    h, l = _log_dd(b, ax)
+    ph = b.fmul(y, h)
+    pl = _fma(b, y, l, _fma(b, y, h, b.fneg(ph)))
+    ph_c = _clamp(b, ph, -746.0, 710.0)
+    clamped = b.fcmp_unordered("!=", ph_c, ph)
+    pl = b.select(clamped, _c(0.0), pl)
+    res = _exp_core(b, ph_c, pl)
+
+    y_finite = _lt(b, ay, _c(math.inf))
+    y_int = b.and_(y_finite, _eq(b, _intrinsic(b, "llvm.floor", y), y))
+    hy = b.fmul(y, _c(0.5))
+    y_odd = b.and_(y_int, b.fcmp_ordered("!=", _intrinsic(b, "llvm.floor", hy), hy))
+    inf, zero = _c(math.inf), _c(0.0)
+    y_pos = _gt(b, y, zero)
+    # y = ±inf, x finite
+    big = b.xor(_lt(b, ax, _c(1.0)), y_pos)
+    at_inf = b.select(_eq(b, ax, _c(1.0)), _c(1.0), b.select(big, inf, zero))
+    res = b.select(y_finite, res, at_inf)
+    # x = ±0 or ±inf
+    mag = b.select(b.xor(_eq(b, ax, zero), y_pos), inf, zero)
+    mag = b.select(y_odd, _intrinsic(b, "llvm.copysign", mag, x), mag)
+    edge = b.or_(_eq(b, ax, zero), _eq(b, ax, inf))
+    res = b.select(edge, mag, res)
+    # x < 0 finite
+    neg = b.and_(_lt(b, x, zero), b.fcmp_ordered(">", x, _c(-math.inf)))
+    res = b.select(b.and_(neg, y_odd), b.fneg(res), res)
+    res = b.select(
+        b.and_(b.and_(neg, y_finite), b.xor(y_int, ir.Constant(ir.IntType(1), 1))),
+        _c(math.nan),
+        res,
+    )
+    # NaNs, then the two cases that beat NaN
+    res = b.select(b.or_(_isnan(b, x), _isnan(b, y)), _c(math.nan), res)
+    res = b.select(_eq(b, x, _c(1.0)), _c(1.0), res)
+    return b.select(_eq(b, y, zero), _c(1.0), res)
+
+
+# ----------------------------------------------------------------------------------------------
+# The table and the call-site interface.
+
+
+@dataclass(frozen=True)
+class Math:
+    """One row of :data:`MATH`: either an IR ``body`` (emitted once per module as
+    ``tapejit.math.<op>``) or a native ``intrinsic`` (emitted in place)."""
+
+    arity: int
+    body: Callable[..., ir.Value] | None = None
+    intrinsic: str | None = None
+
+
+#: op -> implementation. lower.py builds its EMIT rows from these keys.
+MATH: dict[str, Math] = {
+    "exp":     Math(1, body=_exp),
+    "log":     Math(1, body=_log),
+    "log1p":   Math(1, body=_log1p),
+    "expm1":   Math(1, body=_expm1),
+    "sin":     Math(1, body=_sin),
+    "cos":     Math(1, body=_cos),
+    "tanh":    Math(1, body=_tanh),
+    "pow":     Math(2, body=_pow),
+    "sqrt":    Math(1, intrinsic="llvm.sqrt"),
+    "abs":     Math(1, intrinsic="llvm.fabs"),
+    "maximum": Math(2, intrinsic="llvm.maximum"),
+    "minimum": Math(2, intrinsic="llvm.minimum"),
+}  # fmt: skip
+
+
+def function(module: ir.Module, op: str, inline: bool = True) -> ir.Function:
+    """The module's function ``tapejit.math.<op>`` (``alwaysinline``), or with ``inline=False``
+    ``tapejit.math.<op>.ool`` (``noinline``), defined on first use."""
+    name = f"tapejit.math.{op}" + ("" if inline else ".ool")
+    fn = module.globals.get(name)
+    if fn is None:
+        row = MATH[op]
+        fn = ir.Function(module, ir.FunctionType(F64, [F64] * row.arity), name=name)
+        fn.linkage = "internal"
+        fn.attributes.add("nounwind")
+        fn.attributes.add("alwaysinline" if inline else "noinline")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        b.ret(row.body(b, *fn.args))
+    return fn
 
 
 def call(builder: ir.IRBuilder, op: str, args: list[ir.Value], inline: bool = True) -> ir.Value:
-    """Emit ``op(*args)`` on doubles using the row of :data:`MATH`."""
-    kind, name = MATH[op]
-    module = builder.module
-    if kind == "intrinsic":
-        fn = module.declare_intrinsic(name, [F64], ir.FunctionType(F64, [F64] * len(args)))
-    else:
-        fn = module.globals.get(name)
-        if fn is None:
-            fn = ir.Function(module, ir.FunctionType(F64, [F64] * len(args)), name)
-    return builder.call(fn, args)
+    """Emit ``op(*args)`` on doubles using the row of :data:`MATH`.
+
+    ``inline=True`` for loop bodies (the call is inlined before vectorisation), ``inline=False``
+    for straight-line scalar code (a call to one out-of-line copy per module)."""
+    row = MATH[op]
+    if row.intrinsic is not None:
+        return _intrinsic(builder, row.intrinsic, *args)
+    return builder.call(function(builder.module, op, inline), list(args))

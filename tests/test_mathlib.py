@@ -1,0 +1,362 @@
+"""codegen.mathlib: accuracy, special values and vectorisation of the IR math functions.
+
+Every function is compiled twice into one module, through the project's own target set-up
+(``codegen.target``: host TargetMachine, O3 with loop/SLP vectorisation): as a loop kernel
+``void k_<op>(double *x, double *y, double *out, i64 n)`` calling ``mathlib.call(inline=True)``
+(the loop-body path of codegen/lower.py) and as scalar code ``double s_<op>(double x, double y)``
+calling ``mathlib.call(inline=False)`` (the straight-line path).
+
+Accuracy is measured on >= 10^6 points per range in two ways:
+
+* against numpy, as the integer distance in ulps between the two doubles (numpy 2.x uses its own
+  SIMD / glibc routines, themselves not always correctly rounded);
+* against an x86 ``long double`` evaluation (64-bit significand) of the same function, as a
+  fractional error in ulps of the double result (the reference's own error is ~2^-11 ulp).
+
+The bounds in :data:`RANGES` are what the implementation guarantees (module docstring of
+codegen/mathlib.py); the measured maxima are a little below them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+import numpy as np
+import pytest
+
+from codegen import mathlib, target
+
+F64 = ir.DoubleType()
+I64 = ir.IntType(64)
+OPS = [op for op, row in mathlib.MATH.items() if row.body is not None]
+N = 1 << 20  # points per accuracy range
+LD = np.longdouble
+HAS_LD = np.finfo(LD).nmant >= 63  # x86 extended precision
+
+
+# ----------------------------------------------------------------------------------------------
+# Compiling the kernels.
+
+
+def _loop_kernel(module: ir.Module, op: str) -> None:
+    p = F64.as_pointer()
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [p, p, p, I64]), name=f"k_{op}")
+    for a in fn.args[:3]:
+        a.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    pre, head = b.block, fn.append_basic_block("loop")
+    body, done = fn.append_basic_block("body"), fn.append_basic_block("done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(I64(0), pre)
+    b.cbranch(b.icmp_signed("<", i, fn.args[3]), body, done)
+    b.position_at_end(body)
+    args = [b.load(b.gep(fn.args[k], [i], inbounds=True)) for k in range(mathlib.MATH[op].arity)]
+    b.store(mathlib.call(b, op, args, inline=True), b.gep(fn.args[2], [i], inbounds=True))
+    i.add_incoming(b.add(i, I64(1), flags=("nuw", "nsw")), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+    b.ret_void()
+
+
+def _scalar(module: ir.Module, op: str, name: str, calls: int) -> None:
+    """``name(x, y)``: op applied ``calls`` times in straight-line code (inline=False)."""
+    fn = ir.Function(module, ir.FunctionType(F64, [F64, F64]), name=name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    arity = mathlib.MATH[op].arity
+    v = mathlib.call(b, op, list(fn.args[:arity]), inline=False)
+    for _ in range(calls - 1):
+        v = b.fadd(v, mathlib.call(b, op, [fn.args[1], fn.args[0]][:arity], inline=False))
+    b.ret(v)
+
+
+class Compiled:
+    """The module of all kernels, optimised and JIT-compiled for the host."""
+
+    def __init__(self):
+        module = ir.Module(name="test_mathlib")
+        for op in OPS:
+            _loop_kernel(module, op)
+            _scalar(module, op, f"s_{op}", 1)
+            _scalar(module, op, f"s2_{op}", 2)
+        target.initialise()
+        tm = target.target_machine()
+        module.triple = target.host()[0]
+        module.data_layout = str(tm.target_data)
+        mod = llvm.parse_assembly(str(module))
+        mod.verify()
+        target.optimise(mod, tm)
+        self.llvm_ir = str(mod)
+        self.engine = llvm.create_mcjit_compiler(mod, tm)  # owns mod and tm; keep it alive
+        self.engine.finalize_object()
+        kty = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64)
+        sty = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)
+        addr = self.engine.get_function_address
+        self.loops = {op: kty(addr(f"k_{op}")) for op in OPS}
+        self.scalars = {op: sty(addr(f"s_{op}")) for op in OPS}
+
+    def __call__(self, op: str, x, y=None) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        y = x if y is None else np.ascontiguousarray(np.broadcast_to(y, x.shape), dtype=np.float64)
+        out = np.empty_like(x)
+        self.loops[op](x.ctypes.data, y.ctypes.data, out.ctypes.data, x.size)
+        return out
+
+    def function_ir(self, name: str) -> str:
+        """The optimised IR of function ``name`` (its ``define`` up to the closing brace)."""
+        m = re.search(
+            r"^define [^\n]*@\"?" + re.escape(name) + r"\"?\(.*?^}",
+            self.llvm_ir,
+            re.DOTALL | re.MULTILINE,
+        )
+        assert m, f"no function {name} in the optimised IR"
+        return m.group(0)
+
+
+@pytest.fixture(scope="module")
+def lib() -> Compiled:
+    return Compiled()
+
+
+# ----------------------------------------------------------------------------------------------
+# Measuring errors.
+
+
+def _ordinal(a: np.ndarray) -> np.ndarray:
+    """Doubles mapped to integers in the same order, adjacent doubles one apart (-0 == +0)."""
+    i = np.asarray(a, dtype=np.float64).view(np.int64)
+    return np.where(i < 0, np.int64(-(2**63)) - i, i)
+
+
+def ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Distance in ulps between doubles; NaN vs NaN is 0, NaN vs a number is huge."""
+    with np.errstate(over="ignore"):
+        d = np.abs(_ordinal(got) - _ordinal(want))
+    nan_g, nan_w = np.isnan(got), np.isnan(want)
+    d = np.where(nan_g & nan_w, 0, d)
+    return np.where(nan_g ^ nan_w, 2**62, d)
+
+
+def ulp_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """|got - ref| in ulps of the double nearest ``ref`` (a long double reference)."""
+    spacing = np.spacing(np.abs(ref.astype(np.float64))).astype(LD)
+    return np.asarray(np.abs(got.astype(LD) - ref) / spacing, dtype=np.float64)
+
+
+def _ref(op: str, x: np.ndarray, y: np.ndarray | None = None, dtype=np.float64) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        if op == "pow":
+            return np.power(x.astype(dtype), y.astype(dtype))
+        return getattr(np, op)(x.astype(dtype))
+
+
+def _u(rng, lo, hi):
+    return lambda: (rng.uniform(lo, hi, N), None)
+
+
+def _logu(rng, lo, hi, sign=1.0):
+    """Log-uniform magnitudes in [10^lo, 10^hi]."""
+    return lambda: (sign * 10.0 ** rng.uniform(lo, hi, N), None)
+
+
+def _ranges():
+    rng = np.random.default_rng(20240611)
+    u = lambda lo, hi: _u(rng, lo, hi)
+
+    def pow_mixed():
+        return rng.uniform(0, 10, N), rng.uniform(-10, 10, N)
+
+    def pow_large():  # |y log x| up to 709: results across the whole exponent range
+        x = np.exp(rng.uniform(-700, 700, N))
+        return x, rng.uniform(-1, 1, N) * 709 / np.abs(np.log(x))
+
+    def pow_near_one():
+        return rng.uniform(0.99, 1.01, N), rng.uniform(-7e4, 7e4, N)
+
+    def pow_negative_base():
+        return rng.uniform(-10, 10, N), rng.integers(-40, 40, N).astype(np.float64)
+
+    def pow_subnormal():
+        return np.exp(rng.uniform(-745, -690, N)), rng.uniform(0.95, 1.05, N)
+
+    # (op, label, sampler, max ulps vs numpy, max ulps vs long double)
+    return [
+        ("exp", "[-745, 710]", u(-745.2, 709.8), 1, 0.8),
+        ("exp", "[-1, 1]", u(-1, 1), 1, 0.8),
+        ("exp", "subnormal results", u(-745.2, -708), 1, 0.8),
+        ("log", "subnormal..1e308", _logu(rng, -323.5, 308.2), 1, 0.85),
+        ("log", "near 1", u(0.9, 1.1), 1, 0.85),
+        ("log", "[0.5, 2]", u(0.5, 2), 1, 0.85),
+        ("log1p", "[-0.9, 10]", u(-0.9, 10), 1, 0.85),
+        ("log1p", "|x| in 1e-20..1e-2", _logu(rng, -20, -2, -1.0), 1, 0.8),
+        ("log1p", "1e-300..1e300", _logu(rng, -300, 300), 1, 0.8),
+        ("expm1", "[-1, 1]", u(-1, 1), 1, 0.9),
+        ("expm1", "[-60, 709.7]", u(-60, 709.7), 1, 0.9),
+        ("expm1", "|x| in 1e-20..1e-3", _logu(rng, -20, -3, -1.0), 1, 0.6),
+        ("tanh", "[-20, 20]", u(-20, 20), 2, 1.1),
+        ("tanh", "[-0.6, 0.6]", u(-0.6, 0.6), 2, 1.1),
+        ("sin", "[-10, 10]", u(-10, 10), 1, 0.9),
+        ("cos", "[-10, 10]", u(-10, 10), 1, 0.9),
+        ("sin", "[-1e5, 1e5]", u(-1e5, 1e5), 1, 0.9),
+        ("cos", "[-1e5, 1e5]", u(-1e5, 1e5), 1, 0.9),
+        ("sin", "1e5..1e15", _logu(rng, 5, 15), 1, 0.9),
+        ("cos", "1e5..1e15", _logu(rng, 5, 15, -1.0), 1, 0.9),
+        ("pow", "x in [0,10], y in [-10,10]", pow_mixed, 1, 0.8),
+        ("pow", "results near 2^+-1023", pow_large, 1, 0.9),
+        ("pow", "x near 1, |y| <= 7e4", pow_near_one, 1, 0.8),
+        ("pow", "negative x, integer y", pow_negative_base, 1, 0.8),
+        ("pow", "subnormal x and results", pow_subnormal, 1, 0.9),
+    ]
+
+
+RANGES = _ranges()
+
+
+@pytest.mark.parametrize(
+    "op, label, sample, bound_np, bound_ld", RANGES, ids=[f"{r[0]}:{r[1]}" for r in RANGES]
+)
+def test_accuracy(lib, op, label, sample, bound_np, bound_ld):
+    """Max error per range: vs numpy in whole ulps, vs long double in fractional ulps."""
+    x, y = sample()
+    got = lib(op, x, y)
+    want = _ref(op, x, y)
+    err = ulps(got, want)
+    worst = int(np.argmax(err))
+    assert err.max() <= bound_np, (op, label, x[worst], got[worst], want[worst], err.max())
+    if HAS_LD:
+        ref = _ref(op, x, y, LD)
+        fin = np.isfinite(want) & (want != 0)
+        e = ulp_error(got[fin], ref[fin])
+        assert e.max() <= bound_ld, (op, label, e.max())
+
+
+SPECIAL = {
+    "exp": [0.0, -0.0, np.inf, -np.inf, np.nan, 709.782712893384, 709.7827128933841,
+            -708.3964185322641, -745.1332191019411, -745.1332191019412, -1000.0, 1e-300,
+            -1e-300, 5e-324, 1e300, -1e300],
+    "log": [0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, -5e-324, 5e-324, 2.225073858507201e-308,
+            2.2250738585072014e-308, 1.0, 1.7976931348623157e308, 1 + 2**-52, 1 - 2**-53, 2.0],
+    "log1p": [0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, -1.0 - 2**-52, -1 + 2**-53, -2.0,
+              5e-324, -5e-324, 1e-300, 2**-53, -(2**-54), 1.7976931348623157e308, 1.0],
+    "expm1": [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-300, -38.0, -60.0, -1e300,
+              709.782712893384, 709.7827128933841, 709.5, 1e300, 37.5],
+    "tanh": [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-300, 0.55, -0.55, 19.1,
+             22.0, -23.0, 1e300, -1e300],
+    "sin": [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-300, np.pi, np.pi / 2,
+            -np.pi / 4, 1e15, 2.0**50, 6381956970095103.0 * 2.0**-22, 1e22],
+    "cos": [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e-300, np.pi, np.pi / 2, -np.pi / 4,
+            1e15, -(2.0**50), 1e22],
+}  # fmt: skip
+
+
+def _check_special(lib, op, x, y, want, bound):
+    got = lib(op, x, y)
+    err = ulps(got, want)
+    exact = ~np.isfinite(want) | (want == 0)  # inf, NaN, zeros: bit-exact, sign included
+    same = (got == want) & (np.signbit(got) == np.signbit(want)) | np.isnan(got) & np.isnan(want)
+    bad = (exact & ~same) | (~exact & (err > bound))
+    assert not bad.any(), list(zip(x[bad], *(() if y is None else (y[bad],)), got[bad], want[bad]))
+
+
+@pytest.mark.parametrize("op", sorted(SPECIAL))
+def test_special_values(lib, op):
+    """±0, ±inf, NaN, overflow/underflow edges and subnormals agree with numpy: exactly for
+    zeros (with their sign), infinities and NaN; within the op's bound otherwise. sin/cos
+    beyond 2^50 return NaN (outside the reduction's accurate range; documented)."""
+    x = np.array(SPECIAL[op])
+    want = _ref(op, x)
+    if op in ("sin", "cos"):
+        want = np.where(np.abs(x) > mathlib.TRIG_MAX, np.nan, want)
+    bound = max(r[3] for r in RANGES if r[0] == op)
+    _check_special(lib, op, x, None, want, bound)
+    # the out-of-line scalar copy agrees bit for bit with the vectorised loop
+    scalar = np.array([lib.scalars[op](v, 0.0) for v in x])
+    assert ulps(scalar, lib(op, x)).max() == 0
+
+
+def test_pow_special_values(lib):
+    """numpy's (C99) pow special cases on the full grid of interesting values."""
+    v = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 2.5,
+         -2.5, 1e308, -1e308, 1e-310, -1e-310, 1e-300, 2.0**53, -(2.0**53) - 2, 1023.0, -1075.0]  # fmt: skip
+    x, y = (a.ravel() for a in np.meshgrid(np.array(v), np.array(v)))
+    _check_special(lib, "pow", x, y, _ref("pow", x, y), 1)
+
+
+def test_pow_exact_cases(lib):
+    """Exactly representable results come out exact: integer powers of small integers."""
+    x, y = (a.ravel() for a in np.meshgrid(np.arange(-20.0, 21.0), np.arange(-4.0, 25.0)))
+    want = _ref("pow", x, y)
+    exact = np.abs(want) < 2.0**53
+    exact &= (want == np.round(want)) | (np.abs(x) == 2)
+    assert np.array_equal(lib("pow", x, y)[exact], want[exact])
+
+
+def test_loop_and_scalar_agree(lib):
+    """The inlined (vectorised) and out-of-line copies compute identical bits."""
+    rng = np.random.default_rng(7)
+    for op in OPS:
+        x = rng.uniform(-30, 30, 2000) if op not in ("log", "pow") else rng.uniform(0, 30, 2000)
+        y = rng.uniform(-5, 5, 2000)
+        loop = lib(op, x, y)
+        scalar = np.array([lib.scalars[op](a, b) for a, b in zip(x, y)])
+        assert ulps(loop, scalar).max() == 0, op
+
+
+# ----------------------------------------------------------------------------------------------
+# Code shape: vectorised loops, one out-of-line copy for scalar code.
+
+
+def _vector_width() -> int:
+    features = target.host()[2].split(",")
+    if "+avx512f" in features:
+        return 8
+    if "+avx" in features:
+        return 4
+    return 2
+
+
+LIBM = r"@\"?(llvm\.(exp|exp2|log|log2|log10|sin|cos|pow|tanh)\.|(exp|log|log1p|expm1|sin|cos|tanh|pow)f?\b)"
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_loop_is_vectorised(lib, op):
+    """A loop calling the function vectorises to full-width vectors and calls no libm."""
+    body = lib.function_ir(f"k_{op}")
+    assert f"<{_vector_width()} x double>" in body, body[:2000]
+    assert not re.search(LIBM, body), re.search(LIBM, body).group(0)
+    calls = set(re.findall(r"call [^@]*@\"?([\w.]+)", body))
+    assert all(c.startswith("llvm.") for c in calls), calls  # everything inlined
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_scalar_code_calls_one_copy(lib, op):
+    """inline=False calls ``tapejit.math.<op>.ool``; two call sites share that one copy, and
+    the alwaysinline copy leaves no definition behind once inlined."""
+    calls = re.findall(r"call [^@]*@\"?([\w.]+)", lib.function_ir(f"s2_{op}"))
+    assert calls == [f"tapejit.math.{op}.ool"] * 2, calls
+    defs = re.findall(
+        rf'^define [^\n]*@"?tapejit\.math\.{op}(\.ool)?"?\(', lib.llvm_ir, re.MULTILINE
+    )
+    assert defs == [".ool"]
+    assert not re.search(LIBM, lib.function_ir(f"tapejit.math.{op}.ool"))
+
+
+def test_table_keeps_every_op():
+    """lower.py builds EMIT from MATH: every op the table had keeps a row."""
+    assert set(mathlib.MATH) >= {"exp", "log", "sin", "cos", "sqrt", "abs", "pow", "maximum",
+                                 "minimum", "log1p", "expm1", "tanh"}  # fmt: skip
+
+
+def test_reduction_constants():
+    """The four-part pi/2 and the ln 2 splits are what they claim to be."""
+    from fractions import Fraction
+
+    assert abs(sum(map(Fraction, mathlib.PIO2)) - mathlib._PI / 2) < Fraction(1, 2**210)
+    assert mathlib.LN2_HI.hex().endswith("00000p-1")  # 32 significant bits: n*LN2_HI exact
+    assert abs(Fraction(mathlib.LN2_HI) + Fraction(mathlib.LN2_LO) - mathlib._LN2) < Fraction(
+        1, 2**84
+    )
