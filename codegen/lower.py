@@ -92,10 +92,10 @@ assert not missing, f"elementwise ops without a lowering: {missing}"
 class Lowering:
     """State of lowering one program: the function, builder, and where each value lives."""
 
-    def __init__(self, prog: Program, name: str):
+    def __init__(self, prog: Program, name: str, module: ir.Module | None = None):
         self.prog = prog
         g = prog.graph
-        self.module = ir.Module(name=name)
+        self.module = ir.Module(name=name) if module is None else module
         params = [ELEM[n.dtype].as_pointer() for n in g.inputs]
         params += [F64.as_pointer() for _ in g.outputs] + [I8.as_pointer()]
         self.fn = ir.Function(self.module, ir.FunctionType(I32, params), name=name)
@@ -242,7 +242,10 @@ class Lowering:
                 self.node(n)
                 for status, expected in checks.get(id(n), ()):
                     self.guard(n, expected, status)
-            if k.body or k.op is not None:
+            if k.op is not None and k.op.op == "loop":  # a native loop calling its body
+                self.flush(pending)
+                self.node(k.op)
+            elif k.body or k.op is not None:
                 face = Interface(self, k)
                 fn = self.kernel_fn(face, k)
                 record = self.record(face)
@@ -412,6 +415,27 @@ class Lowering:
         if rule is None:
             raise NotImplementedError(f"codegen has no lowering for op {n.op!r}")
         rule(self, n)
+
+    def entry_alloca(self, ty: ir.Type) -> ir.Value:
+        """A stack slot allocated in the entry block (so LLVM promotes it to a register)."""
+        here = self.b.block
+        self.b.position_at_start(self.fn.entry_basic_block)
+        slot = self.b.alloca(ty)
+        self.b.position_at_end(here)
+        return slot
+
+    def sub_function(self, prog: Program, key: str) -> ir.Function:
+        """The function computing sub-program ``prog`` (a loop's body or condition), emitted
+        into this module once per ``key``; its signature is the main function's."""
+        subs = self.module.__dict__.setdefault("_tapejit_subs", {})
+        fn = subs.get(key)
+        if fn is None:
+            name = f"{self.fn.name}.sub{len(subs)}"
+            sub = Lowering(prog, name, module=self.module)
+            sub.run()
+            fn = subs[key] = sub.fn
+            fn.linkage = "internal"
+        return fn
 
     def _as_f64(self, n: Node) -> ir.Value:
         v = self.load(n, I64(0))
@@ -692,6 +716,93 @@ def _lower_loop(L: Lowering, k) -> None:
             L.regs[id(n)] = b.load(accs[id(n)])
 
 
+def _lower_loop_node(L: Lowering, n: Node) -> None:
+    """A ``loop`` node (see :class:`tapejit.ops.LoopSpec`) as a rolled native loop: the carries
+    live in the node's result (``carry_a``); each iteration calls the body's function with
+    pointers to the index, the carries, this iteration's slices of the xs and the params, and
+    gets the next carries in scratch (``carry_b``, copied back) and its ys written straight into
+    the stacked results; a condition is a function called before each iteration. The number of
+    iterations run is stored in the result and added to the program's iteration counters."""
+    spec, lp = n.attrs[0], L.prog.loops[id(n)]
+    lay = ops.loop_layout(spec)
+    b = L.b
+    lead = 1 if spec.dynamic else 0
+    carries = n.args[lead : lead + spec.n_carry]
+    xs = n.args[lead + spec.n_carry : lead + spec.n_carry + spec.n_xs]
+    params = n.args[lead + spec.n_carry + spec.n_xs :]
+    out = L.ptr(n)
+    ws = L.fn.args[-1]
+
+    def at(p: ir.Value, elems: ir.Value | int) -> ir.Value:
+        return b.gep(p, [elems if isinstance(elems, ir.Value) else I64(elems)], inbounds=True)
+
+    def scratch(off: int) -> ir.Value:
+        return b.bitcast(b.gep(ws, [I64(off)], inbounds=True), F64.as_pointer())
+
+    def pointer(a: Node) -> ir.Value:
+        if a.shape != ():
+            return L.ptr(a)
+        slot = L.entry_alloca(F64)
+        b.store(L.load(a, None), slot)
+        return slot
+
+    carry_a = [at(out, seg.offset) for seg in lay.carries]
+    carry_b = [scratch(off) for off in lp.carry_b]
+    for a, dst in zip(carries, carry_a):
+        if a.shape == ():
+            b.store(L.load(a, None), dst)
+        else:
+            L.copy_into(dst, a)
+    x_ptrs = [L.ptr(x) for x in xs]
+    p_ptrs = [pointer(p) for p in params]
+    limit: ir.Value = I64(spec.max_steps)
+    if spec.dynamic:
+        s = b.fptosi(L.load(n.args[0], None), I64)
+        s = b.select(b.icmp_signed("<", s, I64(0)), I64(0), s)
+        limit = b.select(b.icmp_signed(">", s, limit), limit, s)
+    body_fn = L.sub_function(lp.body, f"body:{spec!r}")
+    cond_fn = L.sub_function(lp.cond, f"cond:{spec!r}") if lp.cond is not None else None
+    i_slot = L.entry_alloca(F64)
+    count = L.entry_alloca(I64)
+    b.store(I64(0), count)
+    head = L.fn.append_basic_block("loopnode.head")
+    step = L.fn.append_basic_block("loopnode.step")
+    done = L.fn.append_basic_block("loopnode.done")
+    b.branch(head)
+    b.position_at_end(head)
+    t = b.load(count)
+    b.cbranch(b.icmp_signed("<", t, limit), step, done)
+    b.position_at_end(step)
+    tt = b.sub(b.sub(limit, I64(1)), t) if spec.reverse else t
+
+    def call(fn: ir.Function, ins: list, outs: list, work: int) -> None:
+        args = [*ins, *outs, b.gep(ws, [I64(work)], inbounds=True)]
+        b.call(fn, [b.bitcast(v, ty) if v.type != ty else v for v, ty in zip(args, fn.function_type.args)])
+
+    if cond_fn is not None:
+        cond_out = scratch(lp.cond_out)
+        call(cond_fn, [*carry_a, *p_ptrs], [cond_out], lp.cond_ws)
+        go = L.fn.append_basic_block("loopnode.go")
+        b.cbranch(b.fcmp_unordered("!=", b.load(cond_out), F64(0.0)), go, done)
+        b.position_at_end(go)
+    b.store(b.sitofp(b.add(tt, I64(spec.start)), F64), i_slot)
+    x_t = [at(p, b.mul(tt, I64(x.type.size // spec.max_steps))) for p, x in zip(x_ptrs, xs)]
+    ys = [at(out, b.add(I64(seg.offset), b.mul(tt, I64(seg.size // spec.max_steps)))) for seg in lay.ys]
+    call(body_fn, [i_slot, *carry_a, *x_t, *p_ptrs], [*carry_b, *ys], lp.body_ws)
+    for seg, src, dst in zip(lay.carries, carry_b, carry_a):
+        with L.loop(seg.size) as i:
+            b.store(b.load(at(src, i)), at(dst, i))
+    b.store(b.add(t, I64(1)), count)
+    b.branch(head)
+    b.position_at_end(done)
+    ran = b.load(count)
+    b.store(b.sitofp(ran, F64), at(out, lay.steps))
+    counters = L.__dict__.get("counters")
+    if counters is not None and id(n) in counters:
+        p = b.gep(counters[0], [I64(0), I64(counters[id(n)])], inbounds=True)
+        b.store(b.add(b.load(p), ran), p)
+
+
 LOWER: dict[str, Callable[[Lowering, Node], None]] = {
     "unary": _lower_elementwise,
     "binary": _lower_elementwise,
@@ -703,10 +814,24 @@ LOWER: dict[str, Callable[[Lowering, Node], None]] = {
     "shape": _lower_shape,
     "index": _lower_index,
     "linalg": _lower_matmul,
+    "control": _lower_loop_node,
     "leaf": _lower_const,
 }
 
 
+def counters_symbol(name: str) -> str:
+    """The global ``int64_t[]`` of function ``name`` counting the iterations its loop nodes ran
+    (one entry per top-level loop node, in program order; cumulative over calls)."""
+    return f"{name}.iterations"
+
+
 def lower(prog: Program, name: str) -> ir.Module:
     """The LLVM module holding function ``name`` that computes ``prog`` (see module docstring)."""
-    return Lowering(prog, name).run()
+    L = Lowering(prog, name)
+    loops = [n for n in prog.graph.nodes if n.op == "loop"]
+    if loops:
+        ty = ir.ArrayType(I64, len(loops))
+        g = ir.GlobalVariable(L.module, ty, name=counters_symbol(name))
+        g.initializer = ir.Constant(ty, [0] * len(loops))
+        L.counters = {0: g, **{id(n): k for k, n in enumerate(loops)}}
+    return L.run()

@@ -8,6 +8,7 @@
 See README.md for the pipeline and DESIGN notes; every stage prints with ``grad.ir(stage)``.
 """
 
+from .control import checkpoint, fori_loop, scan, while_loop
 from .api import STAGES, GradientFunction, GuardError, GuardWarning, compile, grad, value_and_grad
 from .ir import VerifyError
 from .ops import RuleError
@@ -23,8 +24,12 @@ __all__ = [
     "RuleError",
     "TracingError",
     "VerifyError",
+    "checkpoint",
     "compile",
+    "fori_loop",
     "grad",
+    "scan",
     "value_and_grad",
     "where",
+    "while_loop",
 ]

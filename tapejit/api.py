@@ -27,7 +27,7 @@ from codegen import batch as _batch
 from codegen import fastcall as _fastcall
 from codegen.cache import ObjectCache, cache_key
 from codegen.jit import CodeLibrary
-from codegen.lower import lower
+from codegen.lower import counters_symbol, lower
 
 from . import autodiff, passes, tracing
 from .ir import Graph, Program, format_graph
@@ -405,6 +405,7 @@ class GradientFunction(functools.partial):
             "work": prog.stats["work"],
             "buffers": prog.stats["buffers"],
             "recomputed": prog.stats["recomputed"],
+            "loops": sum(n.op == "loop" for n in prog.graph.nodes),
         }
         return _Built(symbol, len(g.inputs), len(g.outputs), shapes, consts, stats, text, lib)
 
@@ -450,6 +451,17 @@ class GradientFunction(functools.partial):
             "cache": "off" if cache is None else ("hit" if hit else "miss"),
             "timings": timings,
         }
+
+    @property
+    def loop_iterations(self) -> list[int]:
+        """Iterations each loop node of the program has run (forward and backward loops, in
+        program order), summed over every call since this variant was compiled — how tests see
+        that a ``while_loop``'s gradient does work for the steps taken, not for ``max_steps``."""
+        n = self.stats.get("loops", 0)
+        if not n:
+            return []
+        p = _ffi.cast("int64_t *", self._lib.global_address(counters_symbol(self._symbol)))
+        return [int(p[k]) for k in range(n)]
 
     # -- introspection ------------------------------------------------------------------------
     def ir(self, stage: str = "grad") -> str:

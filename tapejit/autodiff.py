@@ -17,7 +17,7 @@ accumulator (one O(n) zero-fill, then O(1) per access) — never a dense one-hot
 from __future__ import annotations
 
 from . import ops
-from .ir import Graph, Node, verify
+from .ir import Graph, Node, Type, toposort, verify
 
 
 def active_nodes(g: Graph) -> set[int]:
@@ -80,3 +80,134 @@ def vjp_graph(g: Graph) -> Graph:
             grads.append(_total(contribs.get(id(n), []), n))
             names.append(f"grad_{n.attrs[1]}")
     return verify(g.replace(outputs=(out, *grads), output_names=("value", *names)))
+
+
+def _sweep(nodes: list[Node], varied: set[int], seeds: dict[int, list]) -> dict[int, list]:
+    """The reverse sweep over ``nodes`` (topological order) from cotangent ``seeds``; returns
+    the contributions left at nodes without a rule to pass them on (the inputs)."""
+    contribs = {k: list(v) for k, v in seeds.items()}
+    for n in reversed(nodes):
+        cs = contribs.get(id(n))
+        if n.op == "input" or not cs or id(n) not in varied:
+            continue
+        del contribs[id(n)]
+        cts = ops.vjp_rule(n.op)(_total(cs, n), n, *n.args)
+        for arg, ct in zip(n.args, cts):
+            if ct is not None and id(arg) in varied:
+                contribs.setdefault(id(arg), []).append(_fit(ct, arg))
+    return contribs
+
+
+def substitute(outputs: tuple[Node, ...], mapping: dict[int, Node]) -> tuple[Node, ...]:
+    """``outputs`` rebuilt with every node whose id is in ``mapping`` replaced by its image
+    (re-interned, so unchanged subgraphs stay the same nodes)."""
+    memo: dict[int, Node] = dict(mapping)
+    for n in toposort(outputs):
+        if id(n) in memo:
+            continue
+        args = tuple(memo[id(a)] for a in n.args)
+        same = all(a is b for a, b in zip(args, n.args))
+        memo[id(n)] = n if same else Node(n.op, args, n.attrs, n.type)
+    return tuple(memo[id(o)] for o in outputs)
+
+
+def loop_vjp(body: Graph, n_carry: int, n_xs: int, wrt_xs: tuple[bool, ...],
+             wrt_params: tuple[bool, ...], checkpoint: bool, prefix: str) -> tuple[Graph, ops.LoopVJP]:
+    """Split a loop body for reverse mode: ``(forward body with residual outputs, LoopVJP)``.
+
+    ``body`` has inputs ``(i, carry..., x_t..., param...)`` and outputs ``(carry'..., y_t...)``.
+    The backward body B (see :class:`tapejit.ops.LoopVJP`) is the VJP of one iteration. Which
+    forward values B reads from the residual stack rather than recomputing (the choice of
+    Griewank & Walther's *taping* vs *recomputation*, ch. 12):
+
+    * default: every value of the iteration that a backward node reads and that varies from
+      iteration to iteration (depends on ``i``, a carry or an ``x_t``) is stored; values that
+      depend only on params and constants are recomputed (they are loop-invariant);
+    * ``checkpoint``: only the carries are stored; B recomputes the iteration's forward values
+      from them (less memory, about one more forward evaluation of the body per iteration).
+
+    ``x_t`` is never stored: B reads it from the stacked ``xs``.
+    """
+    ins = body.inputs
+    i_in, carries = ins[0], ins[1 : 1 + n_carry]
+    xs, params = ins[1 + n_carry : 1 + n_carry + n_xs], ins[1 + n_carry + n_xs :]
+    outs = body.outputs
+    n_ys = len(outs) - n_carry
+    wrt = list(carries) + [x for x, w in zip(xs, wrt_xs) if w] + [p for p, w in zip(params, wrt_params) if w]
+    varied = {id(n) for n in wrt}
+    nodes = body.nodes
+    for n in nodes:
+        if n.op not in ops.NONDIFFERENTIABLE and any(id(a) in varied for a in n.args):
+            varied.add(id(n))
+
+    def new_input(k: int, name: str, t: Type) -> Node:
+        return Node("input", (), (k, f"{prefix}{name}"), t)
+
+    # B's cotangent inputs, then the reverse sweep over one iteration
+    ct_out = [new_input(0, f"ct{k}", o.type) for k, o in enumerate(outs)]  # positions fixed below
+    seeds: dict[int, list] = {}
+    for o, ct in zip(outs, ct_out):
+        if id(o) in varied:
+            seeds.setdefault(id(o), []).append(ct)
+    contribs = _sweep(nodes, varied, seeds)
+    acc_in = [new_input(0, f"acc{k}", p.type) for k, (p, w) in enumerate(zip(params, wrt_params)) if w]
+    ct_carry = [_total(contribs.get(id(c), []), c) for c in carries]
+    ct_params = [_total(contribs.get(id(p), []), p) for p, w in zip(params, wrt_params) if w]
+    ct_acc = [ops.add(a, c) for a, c in zip(acc_in, ct_params)]
+    ct_xs = [_total(contribs.get(id(x), []), x) for x, w in zip(xs, wrt_xs) if w]
+    b_outs = tuple(ct_carry + ct_acc + ct_xs)
+
+    # residuals: forward values the backward nodes read
+    forward = {id(n) for n in nodes}
+    variant = {id(n) for n in [i_in, *carries, *xs]}
+    for n in nodes:
+        if any(id(a) in variant for a in n.args):
+            variant.add(id(n))
+    keep_in = {id(n) for n in [i_in, *xs, *params]}
+    residuals: list[Node] = []
+    if checkpoint:
+        residuals = list(carries)
+    else:
+        wanted: set[int] = set()
+        for n in toposort(b_outs):
+            if id(n) in forward:
+                continue
+            for a in n.args:
+                if id(a) in forward and id(a) in variant and id(a) not in keep_in:
+                    wanted.add(id(a))
+        wanted.update(id(o) for o in b_outs if id(o) in forward and id(o) in variant and id(o) not in keep_in)
+        order = [*carries, *(n for n in nodes if n.op != "input")]
+        residuals = [n for n in order if id(n) in wanted]
+
+    # B's inputs, in order: i, ct_carry', acc, residual_t, ct_y_t, x_t, param
+    b_inputs: list[Node] = []
+    mapping: dict[int, Node] = {}
+
+    def take(src: Node | None, name: str, t: Type) -> Node:
+        node = Node("input", (), (len(b_inputs), f"{prefix}{name}"), t)
+        b_inputs.append(node)
+        if src is not None:
+            mapping[id(src)] = node
+        return node
+
+    take(i_in, "i", i_in.type)
+    for k, ct in enumerate(ct_out[:n_carry]):
+        take(ct, f"ct{k}", ct.type)
+    for k, a in enumerate(acc_in):
+        take(a, f"acc{k}", a.type)
+    for k, r in enumerate(residuals):
+        take(r, f"r{k}", r.type)
+    for k, ct in enumerate(ct_out[n_carry:]):
+        take(ct, f"cty{k}", ct.type)
+    for k, x in enumerate(xs):
+        take(x, f"x{k}", x.type)
+    for k, p in enumerate(params):
+        take(p, f"p{k}", p.type)
+    leaked = [c for c in carries if id(c) not in mapping]
+    b_body = substitute(b_outs, mapping)
+    stray = {id(c) for c in leaked} & {id(n) for n in toposort(b_body)}
+    if stray:
+        raise AssertionError("a carry reached the backward body without being stored")
+    bgraph = Graph(f"{body.name}.vjp", tuple(b_inputs), ("inactive",) * len(b_inputs), b_body)
+    fwd = body.replace(outputs=outs + tuple(residuals))
+    return verify(fwd), ops.LoopVJP(verify(bgraph), len(residuals), tuple(wrt_xs), tuple(wrt_params))

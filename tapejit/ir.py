@@ -334,6 +334,21 @@ class Kernel:
 
 
 @dataclass(frozen=True)
+class LoopPlan:
+    """How a ``loop`` node runs: its body (and condition) as programs of their own, and where its
+    scratch lives in the enclosing workspace (byte offsets): ``carry_b`` holds the next carries
+    (one block per carry), ``body_ws``/``cond_ws`` the sub-programs' workspaces, ``cond_out``
+    the condition's result (one f64)."""
+
+    body: "Program"
+    cond: "Program | None"
+    carry_b: tuple[int, ...]
+    body_ws: int
+    cond_ws: int
+    cond_out: int
+
+
+@dataclass(frozen=True)
 class Program:
     """A graph with a schedule and a memory plan.
 
@@ -351,6 +366,8 @@ class Program:
     copies: tuple[tuple[int, Node], ...]
     workspace_bytes: int
     stats: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: ``id(loop node) -> LoopPlan`` for every ``loop`` node of the graph.
+    loops: dict[int, LoopPlan] = field(default_factory=dict, compare=False)
 
     def __str__(self) -> str:
         names: dict[int, str] = {}
@@ -382,6 +399,14 @@ class Program:
                 lines.append(f"    {names[id(k.op)]} = {k.op.op} {str(k.op.type)}{where(k.op)} (own loop nest)")
         for i, n in self.copies:
             lines.append(f"  copy {names[id(n)]} -> out[{i}]")
+        for n in self.graph.nodes:
+            lp = self.loops.get(id(n))
+            if lp is not None:
+                sub = str(lp.body).replace("\n", "\n    ")
+                lines.append(f"  body of {names[id(n)]} (scratch at ws+{lp.carry_b[0] if lp.carry_b else lp.body_ws}):\n    {sub}")
+                if lp.cond is not None:
+                    sub = str(lp.cond).replace("\n", "\n    ")
+                    lines.append(f"  condition of {names[id(n)]}:\n    {sub}")
         for n in self.graph.nodes:
             s = self.slots.get(id(n))
             if s is not None and s.kind == "alias":

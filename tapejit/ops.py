@@ -22,8 +22,9 @@ The VJP rules follow the standard derivations (e.g. Griewank & Walther, *Evaluat
 
 from __future__ import annotations
 
+import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -45,6 +46,7 @@ REDUCE = ("reduce_sum", "reduce_max")
 SHAPE = ("broadcast_to", "reshape", "transpose")
 INDEX = ("index", "scatter_add")
 LINALG = ("matmul",)
+CONTROL = ("loop",)
 LEAF = ("input", "const")
 #: Ops whose result is piecewise constant in their float arguments: no cotangent flows through.
 NONDIFFERENTIABLE = ("sign",) + COMPARE + LOGICAL + CAST
@@ -226,7 +228,7 @@ def type_rule(op: str, types: tuple[Type, ...], attrs: tuple) -> Type:
     row = OPS.get(op)
     if row is None:
         raise RuleError(f"unknown op {op!r}")
-    if row.arity != len(types):
+    if row.arity >= 0 and row.arity != len(types):
         raise ValueError(f"{op} takes {row.arity} operands, got {len(types)}")
     return row.type_rule(types, attrs)
 
@@ -476,6 +478,212 @@ _VJP = {
 _NO_COTANGENT = lambda g, out, *args: (None,) * len(args)  # noqa: E731
 
 # ----------------------------------------------------------------------------------------------
+# Structured loops: one primitive whose body is a sub-graph (see tapejit/control.py for the user
+# API and docs/loops.md for the design). The body is never unrolled: codegen lowers it to one
+# function called once per iteration.
+
+
+@dataclass(frozen=True)
+class LoopVJP:
+    """How to differentiate a loop: the backward body and what the forward body stores.
+
+    ``body`` (B) has inputs ``(i, ct_carry..., ct_param_acc..., residual_t..., ct_y_t..., x_t...,
+    param...)`` and outputs ``(ct_carry_prev..., ct_param_acc'..., ct_x_t...)`` — cotangent
+    accumulators only for the params in ``wrt_params``, ``ct_x`` only for the xs in ``wrt_xs``.
+    The forward body's last ``n_residuals`` outputs are the residuals, stacked per iteration.
+    """
+
+    body: ir.Graph
+    n_residuals: int
+    wrt_xs: tuple[bool, ...]
+    wrt_params: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """The static description of a ``loop`` node (its one attribute).
+
+    ``body``: inputs ``(i, carry..., x_t..., param...)``, outputs ``(carry'..., y_t...)``; ``i``
+    is the f64 iteration index ``start + t``. ``cond`` (optional): inputs ``(carry...,
+    param...)``, output a bool scalar; the loop stops before the first iteration where it is
+    false. The node's arguments are ``[steps] carry_init... xs... params...`` — ``steps``
+    (an f64 scalar, present when ``dynamic``) bounds the iterations run at run time; each ``x``
+    has shape ``(max_steps, *x_t.shape)``. ``reverse`` runs ``t = steps-1, ..., 0``. The result
+    is one flat f64 vector (see :func:`loop_layout`): the final carries, each ``y`` stacked to
+    ``(max_steps, *y_t.shape)`` (entries past the iterations run are zero), and the number of
+    iterations run.
+    """
+
+    body: ir.Graph
+    n_carry: int
+    n_xs: int
+    max_steps: int
+    cond: ir.Graph | None = None
+    start: int = 0
+    reverse: bool = False
+    dynamic: bool = False
+    vjp: LoopVJP | None = None
+    _repr: list = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def n_params(self) -> int:
+        return len(self.body.inputs) - 1 - self.n_carry - self.n_xs
+
+    def __repr__(self) -> str:
+        # deterministic and unique per body (CSE keys, kernel keys and the cache key print it)
+        if not self._repr:
+            def digest(g):
+                return "-" if g is None else hashlib.sha256(ir.format_graph(g).encode()).hexdigest()[:16]
+
+            vjp = "-" if self.vjp is None else f"{digest(self.vjp.body)}/{self.vjp.n_residuals}"
+            self._repr.append(
+                f"loop(max_steps={self.max_steps}, carry={self.n_carry}, xs={self.n_xs}, "
+                f"start={self.start}, reverse={self.reverse}, dynamic={self.dynamic}, "
+                f"body={digest(self.body)}, cond={digest(self.cond)}, vjp={vjp})"
+            )
+        return self._repr[0]
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A part of a loop's flat result: ``offset`` and ``size`` in elements, and its shape."""
+
+    offset: int
+    size: int
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LoopLayout:
+    carries: tuple[Segment, ...]
+    ys: tuple[Segment, ...]  # stacked: shape (max_steps, *y_t.shape)
+    steps: int  # offset of the iterations-run counter
+    size: int
+
+
+def loop_layout(spec: LoopSpec) -> LoopLayout:
+    """Where each result of a loop lives in its flat f64 result."""
+    outs = spec.body.outputs
+    off, carries, ys = 0, [], []
+    for o in outs[: spec.n_carry]:
+        carries.append(Segment(off, o.type.size, o.shape))
+        off += o.type.size
+    for o in outs[spec.n_carry :]:
+        shape = (spec.max_steps, *o.shape)
+        ys.append(Segment(off, spec.max_steps * o.type.size, shape))
+        off += spec.max_steps * o.type.size
+    return LoopLayout(tuple(carries), tuple(ys), off, off + 1)
+
+
+def _loop(types, attrs):
+    (spec,) = attrs
+    body = spec.body
+    want = [t.type for t in body.inputs[1:]]
+    lead = 1 if spec.dynamic else 0
+    if len(types) != lead + len(want):
+        raise ValueError(f"loop takes {lead + len(want)} operands, got {len(types)}")
+    if spec.dynamic and types[0] != Type(()):
+        raise TypeError(f"the step count of a loop is an f64 scalar, got {types[0]}")
+    for k, (t, w) in enumerate(zip(types[lead:], want)):
+        if spec.n_carry <= k < spec.n_carry + spec.n_xs:
+            w = Type((spec.max_steps, *w.shape), w.dtype)
+        if t != w:
+            raise TypeError(f"loop operand {k} has type {t}, the body expects {w}")
+    outs = body.outputs
+    if len(outs) < spec.n_carry or [o.type for o in outs[: spec.n_carry]] != want[: spec.n_carry]:
+        raise TypeError("a loop body must return carries of the types it takes")
+    if any(o.dtype != "f64" for o in outs) or body.inputs[0].type != Type(()):
+        raise TypeError("loop bodies take an f64 index and return f64 values")
+    if spec.cond is not None and spec.cond.outputs[0].type != Type((), "bool"):
+        raise TypeError("a loop condition returns a bool scalar")
+    return Type((loop_layout(spec).size,), "f64")
+
+
+def eval_graph(g: ir.Graph, values: list) -> list:
+    """The outputs of ``g`` on ``values`` (one per input, in order), by the reference
+    implementations: the numpy semantics of a sub-graph."""
+    env = {id(n): np.asarray(v, dtype=ir.NUMPY_DTYPE[n.dtype]) for n, v in zip(g.inputs, values)}
+    with np.errstate(all="ignore"):
+        for n in g.nodes:
+            if id(n) in env:
+                continue
+            if n.op == "const":
+                env[id(n)] = np.full(n.shape, n.attrs[0], dtype=ir.NUMPY_DTYPE[n.dtype])
+            else:
+                env[id(n)] = np.asarray(OPS[n.op].ref(n.attrs, *(env[id(a)] for a in n.args)),
+                                        dtype=ir.NUMPY_DTYPE[n.dtype])
+    return [env[id(o)] for o in g.outputs]
+
+
+def _loop_ref(attrs, *args):
+    (spec,) = attrs
+    lay = loop_layout(spec)
+    lead = 1 if spec.dynamic else 0
+    steps = spec.max_steps
+    if spec.dynamic:
+        steps = max(0, min(spec.max_steps, int(np.asarray(args[0]))))
+    carries = [np.asarray(a, dtype=np.float64) for a in args[lead : lead + spec.n_carry]]
+    xs = args[lead + spec.n_carry : lead + spec.n_carry + spec.n_xs]
+    params = list(args[lead + spec.n_carry + spec.n_xs :])
+    out = np.zeros(lay.size)
+    done = 0
+    for t in reversed(range(steps)) if spec.reverse else range(steps):
+        if spec.cond is not None and not bool(eval_graph(spec.cond, carries + params)[0]):
+            break
+        res = eval_graph(spec.body, [np.float64(spec.start + t), *carries,
+                                     *(np.asarray(x)[t] for x in xs), *params])
+        carries = res[: spec.n_carry]
+        for seg, y in zip(lay.ys, res[spec.n_carry :]):
+            size = seg.size // spec.max_steps
+            out[seg.offset + t * size : seg.offset + (t + 1) * size] = np.ravel(y)
+        done += 1
+    for seg, c in zip(lay.carries, carries):
+        out[seg.offset : seg.offset + seg.size] = np.ravel(c)
+    out[lay.steps] = done
+    return out
+
+
+def segment(x: Node, seg: Segment) -> Node:
+    return reshape(index(x, ((seg.offset, seg.offset + seg.size, 1),)), seg.shape)
+
+
+def _loop_vjp(g, out, *args):
+    """Cotangents of a loop's operands: a reverse loop over the stored residuals, running as
+    many iterations as the forward loop did (Griewank & Walther, ch. 12: the reverse sweep of a
+    loop reads a stack of its iterations' states; JAX's scan transpose does the same)."""
+    spec: LoopSpec = out.attrs[0]
+    v = spec.vjp
+    if v is None:
+        raise RuleError("op 'loop' has no VJP rule for this loop (a backward loop, or one built "
+                        "without differentiation)")
+    lay = loop_layout(spec)
+    lead = 1 if spec.dynamic else 0
+    carries = args[lead : lead + spec.n_carry]
+    xs = args[lead + spec.n_carry : lead + spec.n_carry + spec.n_xs]
+    params = args[lead + spec.n_carry + spec.n_xs :]
+    n_user = len(lay.ys) - v.n_residuals
+    ct_c = [segment(g, s) for s in lay.carries]
+    ct_y = [segment(g, s) for s in lay.ys[:n_user]]
+    res = [segment(out, s) for s in lay.ys[n_user:]]
+    steps = index(out, (lay.steps,))
+    acc0 = [const(0.0, p.shape) for p, w in zip(params, v.wrt_params) if w]
+    n_acc = len(acc0)
+    bspec = LoopSpec(v.body, spec.n_carry + n_acc, len(res) + len(ct_y) + len(xs), spec.max_steps,
+                     start=spec.start, reverse=not spec.reverse, dynamic=True)
+    bwd = make("loop", steps, *ct_c, *acc0, *res, *ct_y, *xs, *params, attrs=(bspec,))
+    blay = loop_layout(bspec)
+    ct_init = [segment(bwd, s) for s in blay.carries[: spec.n_carry]]
+    accs = iter(segment(bwd, s) for s in blay.carries[spec.n_carry :])
+    ct_xs = iter(segment(bwd, s) for s in blay.ys)
+    return (
+        *([None] * lead),
+        *ct_init,
+        *(next(ct_xs) if w else None for w in v.wrt_xs),
+        *(next(accs) if w else None for w in v.wrt_params),
+    )
+
+
+# ----------------------------------------------------------------------------------------------
 # The table
 
 for _n in UNARY:
@@ -497,13 +705,14 @@ _def("transpose", "shape", 1, _transpose, lambda a, x: np.transpose(x, a[0]), _V
 _def("index", "index", 1, _index, lambda a, x: np.asarray(x)[_np_items(a)], _VJP["index"])
 _def("scatter_add", "index", 2, _scatter_add, _scatter_ref, _VJP["scatter_add"])
 _def("matmul", "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y), _VJP["matmul"])
+_def("loop", "control", -1, _loop, _loop_ref, _loop_vjp)
 _def("input", "leaf", 0, _leaf, None)
 _def("const", "leaf", 0, _leaf, None)
 
 for _n in NONDIFFERENTIABLE:
     OPS[_n] = OpDef(_n, OPS[_n].group, OPS[_n].arity, OPS[_n].type_rule, OPS[_n].ref, _NO_COTANGENT)
 
-assert set(OPS) == set(ELEMENTWISE + REDUCE + SHAPE + INDEX + LINALG + LEAF)
+assert set(OPS) == set(ELEMENTWISE + REDUCE + SHAPE + INDEX + LINALG + CONTROL + LEAF)
 
 
 def vjp_rule(op: str) -> Callable[..., tuple]:

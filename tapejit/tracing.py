@@ -61,7 +61,15 @@ def _fail(msg: str) -> TracingError:
 
 def _guard(cond: Node, expected: bool) -> None:
     """Record that this trace relies on ``cond`` being ``expected`` (see Tracer.__bool__)."""
-    _state().guards.append((cond, bool(expected), _user_site()))
+    st = _state()
+    if isinstance(st, BodyTrace):
+        raise _fail(
+            "Python control flow on a traced value inside a loop body (bool(), int(), float(), "
+            "an index): the body runs once per iteration with different values, so it cannot "
+            "follow one branch. Use tapejit.where(cond, a, b), or tapejit.while_loop for a "
+            "data-dependent trip count"
+        )
+    st.guards.append((cond, bool(expected), _user_site()))
 
 
 class _Trace:
@@ -86,6 +94,42 @@ class _Trace:
         self.inputs.append(node)
         self.kinds.append(kind)
         return node
+
+    level = 1  # tracers made while this trace is innermost carry this level
+
+    def capture_tracer(self, arr: np.ndarray) -> "Tracer":
+        """A tracer of captured array ``arr`` (see :meth:`capture`)."""
+        node = self.capture(arr)
+        return Tracer(node, self.bindings[node.attrs[0]], self.level)
+
+    def differentiable(self, n: Node) -> bool:
+        """Whether ``n`` depends on a differentiated input of this trace (memoised)."""
+        memo = self.__dict__.setdefault("_memo_active", {})
+        todo = [n]
+        while todo:
+            m = todo[-1]
+            if id(m) in memo:
+                todo.pop()
+                continue
+            if m.op == "input":
+                memo[id(m)] = (m, self.is_active_input(m))
+                todo.pop()
+                continue
+            if m.op in ops.NONDIFFERENTIABLE or m.op == "const":
+                memo[id(m)] = (m, False)
+                todo.pop()
+                continue
+            pending = [a for a in m.args if id(a) not in memo]
+            if pending:
+                todo.extend(pending)
+                continue
+            memo[id(m)] = (m, any(memo[id(a)][1] for a in m.args))
+            todo.pop()
+        return memo[id(n)][1]
+
+    def is_active_input(self, n: Node) -> bool:
+        k = n.attrs[0]
+        return k < len(self.inputs) and self.inputs[k] is n and self.kinds[k] == "active"
 
     def capture(self, arr: np.ndarray) -> Node:
         """The const input for captured array ``arr`` (one per array object, snapshotted)."""
@@ -112,18 +156,63 @@ def _as_const_array(arr: np.ndarray) -> np.ndarray:
     raise _fail(f"captured array of dtype {arr.dtype} is not supported (float64, int or bool)")
 
 
+class BodyTrace(_Trace):
+    """State of tracing a loop body (see :mod:`tapejit.control`): a sub-graph whose inputs are
+    the loop's fixed inputs (index, carries, per-iteration slices) followed by *params* — values
+    of the enclosing trace that the body uses (closed-over tracers, captured arrays), lifted in
+    as inputs the first time the body touches them."""
+
+    def __init__(self, parent: _Trace, prefix: str):
+        super().__init__()
+        self.parent = parent
+        self.prefix = prefix
+        self.level = parent.level + 1
+        self.params: list[Tracer] = []  # the enclosing trace's values, one per param input
+        self.param_inputs: list[Node] = []
+        self._lifted: dict[int, tuple[Node, Tracer]] = {}
+        self.fixed = 0  # inputs before the params
+
+    def add_fixed(self, t: Type, name: str, value: Any) -> "Tracer":
+        node = self.add_input(t, "inactive", f"{self.prefix}{name}")
+        self.fixed += 1
+        _values[id(node)] = (node, value)
+        return Tracer(node, value, self.level)
+
+    def lift_outer(self, x: "Tracer") -> "Tracer":
+        """``x``, a value of an enclosing trace, as a param input of this body."""
+        hit = self._lifted.get(id(x.node))
+        if hit is not None and hit[0] is x.node:
+            return hit[1]
+        outer = x if x.level == self.level - 1 else self.parent.lift_outer(x)  # type: ignore[attr-defined]
+        node = self.add_input(x.node.type, "inactive", f"{self.prefix}p{len(self.params)}")
+        t = Tracer(node, x.value, self.level)
+        _values[id(node)] = (node, x.value)
+        self.params.append(outer)
+        self.param_inputs.append(node)
+        self._lifted[id(x.node)] = (x.node, t)
+        return t
+
+    def capture_tracer(self, arr: np.ndarray) -> "Tracer":
+        return self.lift_outer(self.parent.capture_tracer(arr))
+
+    def is_active_input(self, n: Node) -> bool:
+        k = n.attrs[0]
+        return k < len(self.inputs) and self.inputs[k] is n and k > 0  # all but the index
+
+
 _current: list[_Trace] = []
 
 
 class Tracer:
     """A traced value: an IR ``node`` and its concrete ``value`` on the example input."""
 
-    __slots__ = ("node", "value")
+    __slots__ = ("node", "value", "level")
     __array_priority__ = 1000
 
-    def __init__(self, node: Node, value: np.ndarray):
+    def __init__(self, node: Node, value: np.ndarray, level: int | None = None):
         self.node = node
         self.value = value
+        self.level = len(_current) if level is None else level  # nesting depth of its trace
 
     # -- numpy-like attributes --------------------------------------------------------------
     shape = property(lambda self: self.node.shape)
@@ -298,7 +387,15 @@ def _state() -> _Trace:
 def lift(x: Any) -> Tracer:
     """``x`` as a tracer: tracers pass through; scalars become constants; arrays are captured."""
     if isinstance(x, Tracer):
-        return x
+        depth = len(_current)
+        if x.level == depth or x.node.op == "const" or not depth:
+            return x
+        if x.level > depth:
+            raise _fail(
+                "a value computed inside a loop body is used outside the loop; return it from "
+                "the body (as part of the carry, or as a scan output) instead"
+            )
+        return _state().lift_outer(x)  # a value of an enclosing trace, used in a loop body
     if isinstance(x, (bool, np.bool_)):
         return Tracer(ops.const(bool(x), dtype="bool"), np.bool_(x))
     if isinstance(x, (int, float, np.integer, np.floating)):
@@ -306,8 +403,7 @@ def lift(x: Any) -> Tracer:
     if isinstance(x, np.ndarray):
         if x.ndim == 0:
             return lift(x[()])
-        node = _state().capture(x)
-        return Tracer(node, _state().bindings[node.attrs[0]])
+        return _state().capture_tracer(x)
     if isinstance(x, (list, tuple)):
         return lift(np.asarray(x))
     raise _fail(f"cannot use a value of type {type(x).__name__} in a traced computation")
@@ -605,7 +701,7 @@ def trace(f: Callable, args: Sequence[Any], argnums: Sequence[int]) -> Graph:
         t, value = _input_type(a, i)
         kind = "active" if i in argnums else "inactive"
         node = st.add_input(t, kind, f"x{i}" if len(args) > 1 else "x")
-        tracers.append(Tracer(node, value if t.shape else value[()]))
+        tracers.append(Tracer(node, value if t.shape else value[()], st.level))
     _current.append(st)
     saved = dict(_values)
     _values.clear()

@@ -145,7 +145,41 @@ def _cases(op) -> list[Case]:
             Case(op, [(3, 4), (4,)], lambda a, b: ops.matmul(a, b), "[mat.vec]"),
             Case(op, [(4,), (4, 2)], lambda a, b: ops.matmul(a, b), "[vec.mat]"),
         ]
+    if op == "loop":
+        return [
+            Case(op, [(4,), (3, 4), (4,)], lambda c, x, p: _loop_case(c, x, p, False), "[scan]"),
+            Case(op, [(4,), (3, 4), (4,)], lambda c, x, p: _loop_case(c, x, p, True), "[checkpointed]"),
+            Case(op, [(), (4,)], _loop_case_scalar, "[fori, scalar carry]"),
+        ]
     raise AssertionError(f"no case generator for op {op}")
+
+
+def _body_inputs(*types):
+    return [Node("input", (), (k, f"t{k}"), Type(t)) for k, t in enumerate(types)]
+
+
+def _loop_case(c0, xs, p, checkpointed):
+    """A scan: c' = tanh(c*p + x_t) + 0.1 i, y_t = sin(c'); the loss sees the final carry and
+    the sum of the ys (the residual stack is internal state and has no cotangent)."""
+    i, c, x, q = _body_inputs((), (4,), (4,), (4,))
+    c2 = ops.add(ops.elementwise("tanh", ops.add(ops.mul(c, q), x)), ops.mul(i, ops.const(0.1)))
+    body = Graph("body", (i, c, x, q), ("inactive",) * 4, (c2, ops.elementwise("sin", c2)))
+    body, vjp = autodiff.loop_vjp(body, 1, 1, (True,), (True,), checkpointed, "u")
+    spec = ops.LoopSpec(body, 1, 1, 3, vjp=vjp)
+    lay = ops.loop_layout(spec)
+    loop = ops.make("loop", c0, xs, p, attrs=(spec,))
+    ys = ops.reduce("reduce_sum", ops.segment(loop, lay.ys[0]), (0,))
+    return ops.add(ops.segment(loop, lay.carries[0]), ys)
+
+
+def _loop_case_scalar(c0, p):
+    """A fori loop from i = 2 with a scalar carry: c' = c * cos(sum(p) + i) + 0.5."""
+    i, c, q = _body_inputs((), (), (4,))
+    c2 = ops.add(ops.mul(c, ops.elementwise("cos", ops.add(ops.reduce("reduce_sum", q), i))), ops.const(0.5))
+    body = Graph("body", (i, c, q), ("inactive",) * 3, (c2,))
+    body, vjp = autodiff.loop_vjp(body, 1, 0, (), (True,), False, "u")
+    spec = ops.LoopSpec(body, 1, 0, 4, start=2, vjp=vjp)
+    return ops.segment(ops.make("loop", c0, p, attrs=(spec,)), ops.loop_layout(spec).carries[0])
 
 
 PRIMITIVES = [op for op in ops.OPS if ops.OPS[op].group != "leaf"]

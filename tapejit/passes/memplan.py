@@ -32,7 +32,7 @@ import bisect
 import heapq
 import math
 
-from ..ir import Graph, Node, Program, Slot
+from ..ir import Graph, LoopPlan, Node, Program, Slot
 from .fusion import Schedule, alias_offset, alias_root, classify, fuse
 
 ALIGN = 64
@@ -162,7 +162,10 @@ def plan(g: Graph) -> Program:
         r = id(alias_root(o))
         c = classes.find(r) if r in mat else None
         early = c is not None and min(define.get(i, 0) for i in members[c]) <= guard_time and g.guards
-        if c is None or c in out_of or early:
+        # an output that is only part of its buffer (a view at an offset into a larger value,
+        # e.g. one segment of a loop's result) cannot have the caller's array as that buffer
+        partial = _view_offset(o) != 0 or byid[r].type.size != o.type.size
+        if c is None or c in out_of or early or partial:
             copies.append((k, o))
         else:
             out_of[c] = k
@@ -175,7 +178,8 @@ def plan(g: Graph) -> Program:
         if classify(n) == "alias":
             slots[id(n)] = Slot("alias", alias_offset(n), of=n.args[0])
 
-    prog = Program(g, sched.kernels, slots, tuple(copies), workspace, {})
+    loops, workspace = _plan_loops(nodes, workspace)
+    prog = Program(g, sched.kernels, slots, tuple(copies), workspace, {}, loops)
     prog.stats.update(
         kernels=sched.stats["kernels"] + len(copies) + _scatter_copies(prog),
         recomputed=sched.stats["recomputed"],
@@ -184,6 +188,42 @@ def plan(g: Graph) -> Program:
         work=work(prog),
     )
     return prog
+
+
+def _plan_loops(nodes: list[Node], top: int) -> tuple[dict[int, LoopPlan], int]:
+    """Plan the body and condition of every ``loop`` node as programs of their own (optimised
+    by the same pipeline) and give each loop its scratch after the workspace's other buffers
+    (a loop's scratch is live only while it runs; it is not shared between loops — simple, and
+    small next to the residual stacks, which are the loop's result and planned as usual)."""
+    from . import optimise  # the pass pipeline (this module is part of it)
+
+    loops: dict[int, LoopPlan] = {}
+    planned: dict[int, Program] = {}
+
+    def sub(g: Graph | None) -> Program | None:
+        if g is None:
+            return None
+        if id(g) not in planned:
+            planned[id(g)] = plan(optimise(g)[0])
+        return planned[id(g)]
+
+    for n in nodes:
+        if n.op != "loop":
+            continue
+        spec = n.attrs[0]
+        body, cond = sub(spec.body), sub(spec.cond)
+        carry_b = []
+        for c in spec.body.outputs[: spec.n_carry]:
+            carry_b.append(top)
+            top += _round(c.type.nbytes)
+        body_ws = top
+        top += _round(body.workspace_bytes)
+        cond_ws = top
+        top += _round(cond.workspace_bytes) if cond is not None else 0
+        cond_out = top
+        top += ALIGN
+        loops[id(n)] = LoopPlan(body, cond, tuple(carry_b), body_ws, cond_ws, cond_out)
+    return loops, top
 
 
 def _view_offset(n: Node) -> int:
@@ -268,6 +308,10 @@ def work(prog: Program) -> int:
                 total += n.args[0].shape[0] * n.args[1].shape[1] * n.args[0].shape[1]
             elif n.op == "scatter_add":
                 total += n.args[1].type.size + (0 if _in_place(prog, n) else n.type.size)
+            elif n.op == "loop":  # an upper bound: every iteration the bound allows
+                lp = prog.loops[id(n)]
+                per = lp.body.stats["work"] + (lp.cond.stats["work"] if lp.cond else 0)
+                total += n.attrs[0].max_steps * per
             else:
                 total += n.args[0].type.size
     total += sum(n.type.size for _, n in prog.copies)

@@ -1,0 +1,314 @@
+"""Structured control flow: ``fori_loop``, ``scan``, ``while_loop`` and ``checkpoint``.
+
+A Python ``for`` loop over traced values is *unrolled* into the graph: fine for a few
+iterations, but the graph, the compile time and the machine code grow with the trip count, and
+a trip count that depends on the input needs a guard and a recompile. These functions keep the
+body as a *sub-graph* instead — one ``loop`` node (:class:`tapejit.ops.LoopSpec`) — which codegen
+lowers to a native loop calling the body's code once per iteration. JAX's ``lax`` loops are the
+model for the semantics (``jax.lax.fori_loop``, ``scan``, ``while_loop``), with two
+differences: ``while_loop`` takes a static bound ``max_steps`` (so that its gradient can be
+taken), and ``scan`` returns ``ys`` stacked to the full length.
+
+Reverse mode (:func:`tapejit.autodiff.loop_vjp`): the forward loop stores, per iteration, the
+values the backward pass needs (a residual stack in the workspace, sized by the static bound);
+the backward loop runs in reverse for exactly as many iterations as the forward loop ran — so a
+``while_loop`` that stops after 8 of ``max_steps=1024`` iterations does 8 iterations of backward
+work. :func:`checkpoint` stores only the carries and recomputes the rest of each iteration.
+
+Carries (``init`` and what the body returns) are a float64 array or scalar, or a tuple/list of
+them (nested tuples and lists are fine); their shapes may not change from one iteration to the
+next. Outside tracing the functions run as plain Python loops on numpy values, with the same
+semantics. Inside a body, Python control flow on traced values raises :class:`TracingError`
+(use :func:`tapejit.where`); values of the enclosing function may be used freely (they become
+loop-invariant inputs of the body), but values computed in a body must leave it through the
+carry or ``ys``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import numpy as np
+
+from . import autodiff, ops, tracing
+from .ir import Graph, Node, Type
+from .tracing import BodyTrace, Tracer, TracingError, _fail, _values, lift
+
+
+def checkpoint(fn: Callable) -> Callable:
+    """Mark a loop body for recomputation in reverse mode (``scan(checkpoint(step), ...)``).
+
+    The backward pass then stores only each iteration's carry and recomputes the body's
+    intermediate values from it: memory per iteration is the size of the carry rather than of
+    everything the body's VJP reads, for about one more evaluation of the body per iteration
+    (Griewank & Walther, *Evaluating Derivatives*, ch. 12; ``jax.checkpoint``). Called on its
+    own, the wrapped function behaves exactly like ``fn``.
+    """
+
+    def wrapped(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    wrapped.__name__ = getattr(fn, "__name__", "body")
+    wrapped.__doc__ = getattr(fn, "__doc__", None)
+    wrapped._tapejit_checkpoint = True  # type: ignore[attr-defined]
+    return wrapped
+
+
+# ----------------------------------------------------------------------------------------------
+# Carry structures: a leaf, or nested tuples/lists of leaves
+
+
+def _flatten(tree: Any) -> tuple[list, Any]:
+    if isinstance(tree, (tuple, list)):
+        leaves, shapes = [], []
+        for t in tree:
+            ls, s = _flatten(t)
+            leaves += ls
+            shapes.append(s)
+        return leaves, (type(tree), shapes)
+    return [tree], None
+
+
+def _unflatten(structure: Any, leaves: list) -> Any:
+    it = iter(leaves)
+
+    def build(s):
+        if s is None:
+            return next(it)
+        kind, parts = s
+        return kind(build(p) for p in parts)
+
+    return build(structure)
+
+
+def _tracing() -> bool:
+    return bool(tracing._current)
+
+
+def _static_int(v: Any, what: str) -> int:
+    if isinstance(v, Tracer):
+        return operator.index(int(v))  # guarded in the enclosing trace
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, got {type(v).__name__}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Public API
+
+
+def fori_loop(lower: int, upper: int, body: Callable, init: Any) -> Any:
+    """``for i in range(lower, upper): carry = body(i, carry)``; returns the final carry.
+
+    ``lower`` and ``upper`` are ints (a traced value is turned into an int with a guard); ``i``
+    is a float64 scalar in the body. ``body`` is never unrolled.
+    """
+    lo, hi = _static_int(lower, "fori_loop lower"), _static_int(upper, "fori_loop upper")
+    if not _tracing():
+        carry = init
+        for i in range(lo, hi):
+            carry = body(np.float64(i), carry)
+        return carry
+    if hi <= lo:
+        return init
+    carry, _ = _loop(lambda i, c, xs: (body(i, c), None), init, [], hi - lo, start=lo,
+                     checkpointed=_is_checkpointed(body), name="fori_loop")
+    return carry
+
+
+def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None) -> tuple[Any, Any]:
+    """``carry, y_t = f(carry, x_t)`` for every ``x_t`` along the leading axis of ``xs``;
+    returns ``(final carry, ys)`` with each ``y`` stacked along a new leading axis.
+
+    ``xs`` is an array, a tuple/list of arrays with equal leading length, or ``None`` (then
+    ``length`` iterations with ``x_t = None``). ``f`` returns ``(carry, y)``; ``y`` may be
+    ``None``, an array/scalar or a tuple/list of them. As ``jax.lax.scan``.
+    """
+    x_leaves, x_struct = _flatten(xs) if xs is not None else ([], None)
+    if xs is not None:
+        lengths = {np.shape(x)[0] if np.ndim(x) else None for x in x_leaves}
+        if None in lengths or len(lengths) != 1:
+            raise ValueError(f"scan: every x needs the same leading length, got {lengths}")
+        n = lengths.pop()
+        if length is not None and length != n:
+            raise ValueError(f"scan: length={length} but xs have leading length {n}")
+    elif length is None:
+        raise ValueError("scan: give xs or length")
+    else:
+        n = _static_int(length, "scan length")
+    if not _tracing():
+        carry, ys = init, []
+        for t in range(n):
+            x_t = _unflatten(x_struct, [x[t] for x in x_leaves]) if xs is not None else None
+            carry, y = f(carry, x_t)
+            ys.append(y)
+        return carry, _stack_python(ys, n)
+
+    def step(i, c, x_t):
+        return f(c, _unflatten(x_struct, x_t) if xs is not None else None)
+
+    return _loop(step, init, x_leaves, n, checkpointed=_is_checkpointed(f), name="scan", ys=True)
+
+
+def while_loop(cond: Callable, body: Callable, init: Any, *, max_steps: int) -> Any:
+    """``while cond(carry): carry = body(carry)``, at most ``max_steps`` times; returns the
+    final carry.
+
+    The loop stops when ``cond`` is false *or* after ``max_steps`` iterations (the static bound
+    sizes the residual stack for the gradient). The gradient's cost follows the iterations
+    actually run, not ``max_steps``.
+    """
+    steps = _static_int(max_steps, "max_steps")
+    if steps < 0:
+        raise ValueError(f"max_steps must be >= 0, got {steps}")
+    if not _tracing():
+        carry = init
+        for _ in range(steps):
+            if not bool(cond(carry)):
+                break
+            carry = body(carry)
+        return carry
+    if steps == 0:
+        return init
+    carry, _ = _loop(lambda i, c, xs: (body(c), None), init, [], steps, cond=cond,
+                     checkpointed=_is_checkpointed(body), name="while_loop")
+    return carry
+
+
+def _is_checkpointed(fn: Callable) -> bool:
+    return bool(getattr(fn, "_tapejit_checkpoint", False))
+
+
+def _stack_python(ys: list, n: int) -> Any:
+    if not ys or ys[0] is None:
+        return None
+    leaves = [_flatten(y)[0] for y in ys]
+    structure = _flatten(ys[0])[1]
+    return _unflatten(structure, [np.stack([np.asarray(ls[k]) for ls in leaves])
+                                  for k in range(len(leaves[0]))])
+
+
+# ----------------------------------------------------------------------------------------------
+# Building a loop node
+
+
+def _trace_body(st: BodyTrace, fn: Callable, args: tuple) -> Any:
+    """Run ``fn(*args)`` with ``st`` as the innermost trace; restores the concrete-value table
+    (the body's example values must not leak into the enclosing trace)."""
+    saved = dict(_values)
+    tracing._current.append(st)
+    try:
+        return fn(*args)
+    finally:
+        tracing._current.pop()
+        _values.clear()
+        _values.update(saved)
+
+
+def _leaf(v: Any, what: str) -> Tracer:
+    t = lift(v)
+    if t.node.dtype != "f64":
+        t = tracing._build(ops._float, t)
+    return t
+
+
+def _finish(st: BodyTrace, outputs: list[Node], params: list[Tracer], name: str) -> Graph:
+    """The body graph with inputs ``fixed..., params...`` in the order of ``params`` (the union
+    of the params of every sub-graph of the loop): inputs it does not use are still declared."""
+    mine = {id(p.node): node for p, node in zip(st.params, st.param_inputs)}
+    inputs = list(st.inputs[: st.fixed])
+    mapping: dict[int, Node] = {}
+    for p in params:
+        k = len(inputs)
+        node = Node("input", (), (k, f"{st.prefix}p{k - st.fixed}"), p.node.type)
+        inputs.append(node)
+        old = mine.get(id(p.node))
+        if old is not None:
+            mapping[id(old)] = node
+    outs = autodiff.substitute(tuple(outputs), mapping)
+    return Graph(name, tuple(inputs), ("inactive",) * len(inputs), outs)
+
+
+def _loop(step: Callable, init: Any, xs: list, n: int, *, start: int = 0, cond: Callable | None = None,
+          checkpointed: bool = False, name: str, ys: bool = False) -> tuple[Any, Any]:
+    """Trace ``step(i, carry, [x_t...]) -> (carry, y)`` into a loop node of ``n`` iterations
+    (the bound when ``cond`` is given) and return the traced ``(carry, ys)``."""
+    outer = tracing._state()
+    depth = outer.level
+    c_leaves, c_struct = _flatten(init)
+    carries = [_leaf(c, "carry") for c in c_leaves]
+    x_ts = [lift(x) for x in xs]
+    for x in x_ts:
+        if x.node.dtype != "f64":
+            raise _fail(f"{name}: xs must be float arrays, got {x.node.type}")
+
+    # the body: (i, carry..., x_t...) + params -> (carry'..., y_t...)
+    body_st = BodyTrace(outer, f"l{depth}")
+    i_t = body_st.add_fixed(Type(()), "i", np.float64(start))
+    c_ts = [body_st.add_fixed(c.node.type, f"c{k}", c.value) for k, c in enumerate(carries)]
+    xt_ts = [body_st.add_fixed(Type(x.shape[1:]), f"x{k}", np.asarray(x.value)[0]) for k, x in enumerate(x_ts)]
+    result = _trace_body(body_st, step, (i_t, _unflatten(c_struct, c_ts), xt_ts))
+    new_carry, y = result
+    nc_leaves, nc_struct = _flatten(new_carry)
+    if nc_struct != c_struct or len(nc_leaves) != len(carries):
+        raise TracingError(f"{name}: the body must return a carry with the structure of init")
+    tracing._current.append(body_st)
+    try:
+        out_c = [_leaf(c, "carry") for c in nc_leaves]
+        y_leaves, y_struct = _flatten(y) if y is not None else ([], None)
+        out_y = [_leaf(v, "y") for v in y_leaves]
+    finally:
+        tracing._current.pop()
+    for k, (a, b) in enumerate(zip(carries, out_c)):
+        if a.node.type != b.node.type:
+            raise TracingError(
+                f"{name}: carry {k} enters the body as {a.node.type} and leaves it as "
+                f"{b.node.type}; a carry keeps its shape"
+            )
+
+    cond_st = None
+    if cond is not None:
+        cond_st = BodyTrace(outer, f"w{depth}")
+        cc_ts = [cond_st.add_fixed(c.node.type, f"c{k}", c.value) for k, c in enumerate(carries)]
+        verdict = _trace_body(cond_st, cond, (_unflatten(c_struct, cc_ts),))
+        tracing._current.append(cond_st)
+        try:
+            v = lift(verdict)
+            if v.node.type.size != 1:
+                raise _fail(f"{name}: cond must return a scalar, got {v.node.type}")
+            node = ops.reshape(v.node, ())
+            if node.dtype != "bool":
+                node = ops.make("ne", ops._float(node), ops.const(0.0))
+        finally:
+            tracing._current.pop()
+
+    # the loop's params: every enclosing value the body or the condition uses
+    params: list[Tracer] = []
+    seen: set[int] = set()
+    for p in body_st.params + (cond_st.params if cond_st is not None else []):
+        if id(p.node) not in seen:
+            seen.add(id(p.node))
+            params.append(p)
+    body = _finish(body_st, [t.node for t in out_c + out_y], params, "body")
+    cgraph = None
+    if cond_st is not None:
+        cgraph = _finish(cond_st, [node], params, "cond")
+
+    n_carry, n_xs = len(carries), len(x_ts)
+    vjp = None
+    if any(outer.differentiable(t.node) for t in carries + x_ts + params):
+        wrt_xs = tuple(outer.differentiable(x.node) for x in x_ts)
+        wrt_params = tuple(outer.differentiable(p.node) for p in params)
+        body, vjp = autodiff.loop_vjp(body, n_carry, n_xs, wrt_xs, wrt_params, checkpointed,
+                                      prefix=f"b{depth}")
+    spec = ops.LoopSpec(body, n_carry, n_xs, n, cond=cgraph, start=start, vjp=vjp)
+    loop = tracing._build(lambda *ns: ops.make("loop", *ns, attrs=(spec,)), *carries, *x_ts, *params)
+    lay = ops.loop_layout(spec)
+    final = [tracing._build(lambda m, s=s: ops.segment(m, s), loop) for s in lay.carries]
+    carry_out = _unflatten(c_struct, final)
+    if not ys:
+        return carry_out, None
+    stacked = [tracing._build(lambda m, s=s: ops.segment(m, s), loop) for s in lay.ys[: len(out_y)]]
+    return carry_out, (_unflatten(y_struct, stacked) if y is not None else None)
