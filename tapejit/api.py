@@ -236,6 +236,8 @@ class GradientFunction(functools.partial):
         on_guard_failure: str = "recompile",
         max_specialisations: int = 8,
         _owner: "GradientFunction | None" = None,
+        dynamic_argnums: int | Sequence[int] = (),
+        _capacity: dict[int, int] | None = None,
     ):
         if not callable(f):
             raise TypeError(f"compile() needs a callable, got {type(f).__name__}")
@@ -246,14 +248,37 @@ class GradientFunction(functools.partial):
         if not isinstance(max_specialisations, int) or max_specialisations < 1:
             raise ValueError(f"max_specialisations must be an int >= 1, got {max_specialisations!r}")
         nums = _normalise_argnums(argnums, len(example_args))
+        dyn = _normalise_dynamic(dynamic_argnums, nums, example_args)
+        self._dynamic = {i: (_capacity or {}).get(i) or _capacity_for(np.shape(example_args[i])[0])
+                         for i in dyn}
+        self._dynamic_spec = dynamic_argnums
         t0 = time.perf_counter()
-        trace = tracing.trace(f, example_args, nums)
+        trace = tracing.trace(f, example_args, nums, self._dynamic)
         self._argnums_spec = argnums
         self._cache_spec = cache
         self._init_dispatch(_owner, on_guard_failure, max_specialisations)
         self._build(
             trace, f, not isinstance(argnums, int), time.perf_counter() - t0, object_cache(cache)
         )
+
+    def _grow(self, args: tuple, out: Any):
+        """A call whose dynamic-length argument is longer than the capacity compiled for: use a
+        variant with room for it, or compile one with the capacity doubled past it."""
+        need = {i: np.shape(args[i])[0] for i in self._dynamic}
+        for v in self._variants:
+            if all(v._dynamic[i] >= n for i, n in need.items()):
+                r = v._call(args, out, dispatch=False)
+                if r is not None:
+                    self._promote(v)
+                    return r
+        cap = {i: _capacity_for(max(n, 2 * self._dynamic[i])) for i, n in need.items()}
+        v = GradientFunction(self.fn, args, self._argnums_spec, self._cache_spec, _owner=self,
+                             dynamic_argnums=self._dynamic_spec, _capacity=cap)
+        self._compiles += 1
+        self._variants.insert(0, v)
+        del self._variants[self.max_specialisations :]
+        self._promote(v)
+        return v._call(args, out)
 
     @classmethod
     def from_graph(
@@ -262,6 +287,7 @@ class GradientFunction(functools.partial):
         """Compile a forward graph built directly with :mod:`tapejit.ops` (its active inputs are
         differentiated). Used by tests that sweep the op table."""
         self = cls.__new__(cls)
+        self._dynamic, self._dynamic_spec = {}, ()
         self._init_dispatch(None, "raise", 1)
         self._build(trace, None, tuple_result, 0.0, object_cache(cache))
         return self
@@ -301,7 +327,8 @@ class GradientFunction(functools.partial):
                 if r is not None:
                     self._promote(v)
                     return r
-        v = GradientFunction(self.fn, args, self._argnums_spec, self._cache_spec, _owner=self)
+        v = GradientFunction(self.fn, args, self._argnums_spec, self._cache_spec, _owner=self,
+                             dynamic_argnums=self._dynamic_spec)
         self._compiles += 1
         self._variants.insert(0, v)
         del self._variants[self.max_specialisations :]
@@ -382,17 +409,18 @@ class GradientFunction(functools.partial):
             raise AssertionError("graph inputs must list runtime arguments before constants")
         shapes = tuple(n.shape for n in runtime)
         grad_shapes = tuple(shapes[i] for i in self.argnums)
-        if _FAST:
+        if _FAST and not self._dynamic:
             spec = _fastcall.Spec(shapes, grad_shapes, tuple_result, len(consts))
             _fastcall.add_trampoline(module, symbol, spec, symbol + "_fast")
-        _batch.add_batch_entry(
-            module,
-            symbol,
-            [max(1, int(np.prod(s))) for s in shapes],
-            len(consts),
-            [max(1, int(np.prod(s))) for s in grad_shapes],
-            symbol + "_batch",
-        )
+        if not self._dynamic:
+            _batch.add_batch_entry(
+                module,
+                symbol,
+                [max(1, int(np.prod(s))) for s in shapes],
+                len(consts),
+                [max(1, int(np.prod(s))) for s in grad_shapes],
+                symbol + "_batch",
+            )
         text = CodeLibrary.prepare(module)
         timings["lower"] = time.perf_counter() - t3
         lib = CodeLibrary.compile(text, emit_object=keep_object)
@@ -413,7 +441,8 @@ class GradientFunction(functools.partial):
         """Set up the native calls of ``built`` (pointers, workspaces, the fast path)."""
         symbol = built.symbol
         self._consts = built.consts
-        self._shapes = built.shapes
+        n_args = len(built.shapes) - len(self._dynamic)  # then one hidden length per dynamic arg
+        self._shapes = built.shapes[:n_args]
         self._grad_shapes = tuple(self._shapes[i] for i in self.argnums)
         self._symbol = symbol
         self._llvm = built.llvm
@@ -424,7 +453,7 @@ class GradientFunction(functools.partial):
         self._native = _entry.bind(self._lib.address(symbol), built.n_inputs, built.n_outputs)
         self._keepalive: list[Any] = []
         entry: Callable = self._slow_call
-        if _FAST:
+        if _FAST and not self._dynamic:
             self._fast_buffers = _Buffers(workspace_bytes)
             address = self._lib.address(symbol + "_fast")
             _fastcall.fill_env(
@@ -439,7 +468,9 @@ class GradientFunction(functools.partial):
         functools.partial.__setstate__(self, (entry, (), {}, self.__dict__))
         self._tls = _Workspace(workspace_bytes)
         n_ptrs = built.n_inputs + 1 + len(self._grad_shapes) + 1
-        self._batch_native = _entry.bind_batch(self._lib.address(symbol + "_batch"), n_ptrs)
+        self._batch_native = (
+            None if self._dynamic else _entry.bind_batch(self._lib.address(symbol + "_batch"), n_ptrs)
+        )
         self._batch_workspaces: list[_Buffers] = []
         # The last fully validated call with out=: (args, outs, pointers). A repeat call with the
         # same objects re-checks only what can change in place (shape, dtype, layout, writeable).
@@ -485,6 +516,14 @@ class GradientFunction(functools.partial):
     # -- calling ------------------------------------------------------------------------------
     def _arg_pointer(self, i: int, a: Any):
         shape = self._shapes[i]
+        if i in self._dynamic:  # any number of rows up to the capacity (checked by _call)
+            if type(a) is not np.ndarray or a.ndim != len(shape) or a.shape[1:] != shape[1:] or not a.shape[0]:
+                got = a.shape if isinstance(a, np.ndarray) else type(a).__name__
+                raise ValueError(
+                    f"{self.name}: argument {i} must have shape (n, {_dims(shape[1:])}) with "
+                    f"n >= 1 (a dynamic length), got {got}"
+                )
+            shape = a.shape
         if type(a) is np.ndarray:
             if a.dtype != _F64:
                 if a.dtype == np.bool_ or not np.can_cast(a.dtype, _F64, "safe"):
@@ -587,6 +626,12 @@ class GradientFunction(functools.partial):
         return last[2]
 
     def _call(self, args: tuple, out: Any, dispatch: bool = True) -> tuple[float, Any] | None:
+        if self._dynamic and len(args) == len(self._shapes):
+            for i, cap in self._dynamic.items():
+                if np.ndim(args[i]) and np.shape(args[i])[0] > cap:
+                    if not dispatch:
+                        return None
+                    return self._owner._grow(args, out)
         if out is not None:
             outs = out if self._tuple_result else (out,)
             ptrs = self._repeat(args, outs) if type(outs) is tuple else None
@@ -618,6 +663,8 @@ class GradientFunction(functools.partial):
                 f"got {len(args)}"
             )
         ptrs = [self._arg_pointer(i, a) for i, a in enumerate(args)]
+        for i in sorted(self._dynamic):  # the hidden length inputs
+            ptrs.append(_ffi.from_buffer(np.array(float(np.shape(args[i])[0]))))
         if not isinstance(outs, tuple) or len(outs) != len(self._grad_shapes):
             raise TypeError(
                 f"{self.name}: out must be a tuple of {len(self._grad_shapes)} arrays "
@@ -674,6 +721,11 @@ class GradientFunction(functools.partial):
         Raises ``TypeError``/``ValueError`` naming the argument for a wrong count, type, shape,
         layout or output, and ``ValueError`` for ``threads < 1``.
         """
+        if self._dynamic:
+            raise TypeError(
+                f"{self.name}.batch: a gradient with dynamic-length arguments (dynamic_argnums) "
+                "cannot be batched; call it once per sequence"
+            )
         current = self._owner._variants[0]
         if current is not self:
             return current.batch(*args, out=out, values=values, threads=threads)
@@ -759,6 +811,32 @@ class GradientFunction(functools.partial):
 _fastcall.inherit_vectorcall(GradientFunction)
 
 
+def _normalise_dynamic(dynamic: int | Sequence[int], argnums: tuple[int, ...], args) -> tuple[int, ...]:
+    dyn = (dynamic,) if isinstance(dynamic, int) else tuple(dynamic)
+    out = []
+    for d in dyn:
+        if not isinstance(d, int) or not -len(args) <= d < len(args):
+            raise ValueError(f"dynamic_argnums entry {d!r} is not a valid index for {len(args)} arguments")
+        d %= len(args)
+        if d in argnums:
+            raise ValueError(
+                f"argument {d} cannot be both differentiated (argnums) and of dynamic length "
+                "(dynamic_argnums): its gradient's shape would change from call to call"
+            )
+        if np.ndim(args[d]) < 1 or np.shape(args[d])[0] < 1:
+            raise ValueError(f"argument {d} is in dynamic_argnums but has no leading axis to vary")
+        out.append(d)
+    return tuple(sorted(set(out)))
+
+
+#: Rows a dynamic-length argument is compiled for at first (grown by doubling when exceeded).
+DYNAMIC_CAPACITY = 1024
+
+
+def _capacity_for(n: int) -> int:
+    return max(DYNAMIC_CAPACITY, 1 << max(0, int(n) - 1).bit_length())
+
+
 def compile(
     f: Callable,
     *example_args: Any,
@@ -766,6 +844,7 @@ def compile(
     cache: bool | str | os.PathLike | ObjectCache = True,
     on_guard_failure: str = "recompile",
     max_specialisations: int = 8,
+    dynamic_argnums: int | Sequence[int] = (),
 ) -> GradientFunction:
     """Compile the gradient of scalar-valued ``f`` for arguments shaped like ``example_args``.
 
@@ -787,11 +866,21 @@ def compile(
     :class:`GuardError` naming the guard's source line. ``tapejit.where(c, a, b)`` is the
     branch-free alternative, with no guard.
 
+    ``dynamic_argnums``: arguments whose leading axis may have a different length at every call
+    *without recompiling* — a sequence that ``f`` passes to :func:`tapejit.scan` as ``xs``
+    (the only use allowed; the scan then runs as many iterations as the call's length and
+    returns no ``ys``). Such an argument cannot be differentiated. It is compiled for a capacity
+    of :data:`DYNAMIC_CAPACITY` rows (or more, for a longer example) that sizes the loop's
+    residual stack in the workspace; a longer call compiles once more with the capacity
+    doubled. Calls with dynamic arguments take the Python call path (~1-2 µs) and cannot be
+    batched.
+
     Returns a :class:`GradientFunction`. Raises :class:`tapejit.TracingError` when ``f`` cannot be
     traced (unsupported numpy function, a non-scalar result, ambiguous truth value of an array),
     naming the file and line.
     """
-    return GradientFunction(f, example_args, argnums, cache, on_guard_failure, max_specialisations)
+    return GradientFunction(f, example_args, argnums, cache, on_guard_failure, max_specialisations,
+                            dynamic_argnums=dynamic_argnums)
 
 
 class _Lazy:

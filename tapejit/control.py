@@ -127,6 +127,9 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None) -> t
     ``None``, an array/scalar or a tuple/list of them. As ``jax.lax.scan``.
     """
     x_leaves, x_struct = _flatten(xs) if xs is not None else ([], None)
+    lengths_dyn = [tracing.dynamic_length(x) for x in x_leaves]
+    if any(d is not None for d in lengths_dyn):
+        return _dynamic_scan(f, init, x_leaves, x_struct, lengths_dyn)
     if xs is not None:
         lengths = {np.shape(x)[0] if np.ndim(x) else None for x in x_leaves}
         if None in lengths or len(lengths) != 1:
@@ -150,6 +153,27 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None) -> t
         return f(c, _unflatten(x_struct, x_t) if xs is not None else None)
 
     return _loop(step, init, x_leaves, n, checkpointed=_is_checkpointed(f), name="scan", ys=True)
+
+
+def _dynamic_scan(f, init, x_leaves, x_struct, lengths) -> tuple[Any, Any]:
+    """A scan over arguments with a dynamic length: as many iterations as the call's length
+    (the traced bound is the argument's capacity); no stacked ys, whose length is unknown."""
+    if any(d is None or d.node is not lengths[0].node for d in lengths):
+        raise _fail("scan: xs with a dynamic length must all be the same dynamic argument(s) "
+                    "of one length")
+    n = x_leaves[0].node.shape[0]
+
+    def step(i, c, x_t):
+        carry, y = f(c, _unflatten(x_struct, x_t))
+        if y is not None:
+            raise _fail("scan over a dynamic length: the body must return (carry, None); "
+                        "ys would have a length unknown when compiling, so accumulate what you "
+                        "need in the carry")
+        return carry, None
+
+    carry, _ = _loop(step, init, x_leaves, n, checkpointed=_is_checkpointed(f), name="scan",
+                     steps=lengths[0])
+    return carry, None
 
 
 def while_loop(cond: Callable, body: Callable, init: Any, *, max_steps: int) -> Any:
@@ -232,14 +256,15 @@ def _finish(st: BodyTrace, outputs: list[Node], params: list[Tracer], name: str)
 
 
 def _loop(step: Callable, init: Any, xs: list, n: int, *, start: int = 0, cond: Callable | None = None,
-          checkpointed: bool = False, name: str, ys: bool = False) -> tuple[Any, Any]:
+          checkpointed: bool = False, name: str, ys: bool = False,
+          steps: Tracer | None = None) -> tuple[Any, Any]:
     """Trace ``step(i, carry, [x_t...]) -> (carry, y)`` into a loop node of ``n`` iterations
     (the bound when ``cond`` is given) and return the traced ``(carry, ys)``."""
     outer = tracing._state()
     depth = outer.level
     c_leaves, c_struct = _flatten(init)
     carries = [_leaf(c, "carry") for c in c_leaves]
-    x_ts = [lift(x) for x in xs]
+    x_ts = [x if tracing.dynamic_length(x) is not None else lift(x) for x in xs]
     for x in x_ts:
         if x.node.dtype != "f64":
             raise _fail(f"{name}: xs must be float arrays, got {x.node.type}")
@@ -248,7 +273,8 @@ def _loop(step: Callable, init: Any, xs: list, n: int, *, start: int = 0, cond: 
     body_st = BodyTrace(outer, f"l{depth}")
     i_t = body_st.add_fixed(Type(()), "i", np.float64(start))
     c_ts = [body_st.add_fixed(c.node.type, f"c{k}", c.value) for k, c in enumerate(carries)]
-    xt_ts = [body_st.add_fixed(Type(x.shape[1:]), f"x{k}", np.asarray(x.value)[0]) for k, x in enumerate(x_ts)]
+    xt_ts = [body_st.add_fixed(Type(x.node.shape[1:]), f"x{k}", np.asarray(x.value)[0])
+             for k, x in enumerate(x_ts)]
     result = _trace_body(body_st, step, (i_t, _unflatten(c_struct, c_ts), xt_ts))
     new_carry, y = result
     nc_leaves, nc_struct = _flatten(new_carry)
@@ -303,8 +329,14 @@ def _loop(step: Callable, init: Any, xs: list, n: int, *, start: int = 0, cond: 
         wrt_params = tuple(outer.differentiable(p.node) for p in params)
         body, vjp = autodiff.loop_vjp(body, n_carry, n_xs, wrt_xs, wrt_params, checkpointed,
                                       prefix=f"b{depth}")
-    spec = ops.LoopSpec(body, n_carry, n_xs, n, cond=cgraph, start=start, vjp=vjp)
-    loop = tracing._build(lambda *ns: ops.make("loop", *ns, attrs=(spec,)), *carries, *x_ts, *params)
+    spec = ops.LoopSpec(body, n_carry, n_xs, n, cond=cgraph, start=start, vjp=vjp,
+                        dynamic=steps is not None)
+    lead = [steps] if steps is not None else []
+    make = lambda *ns: ops.make("loop", *ns, attrs=(spec,))  # noqa: E731
+    args = lead + carries + x_ts + params
+    for t in args:
+        _values.setdefault(id(t.node), (t.node, t.value))
+    loop = tracing._wrap(make(*(t.node for t in args)))
     lay = ops.loop_layout(spec)
     final = [tracing._build(lambda m, s=s: ops.segment(m, s), loop) for s in lay.carries]
     carry_out = _unflatten(c_struct, final)

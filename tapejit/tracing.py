@@ -82,6 +82,8 @@ class _Trace:
         self.bindings: dict[int, np.ndarray] = {}
         self.names: set[str] = set()
         self.guards: list[tuple[Node, bool, str]] = []
+        #: id(input node) -> (node, tracer of its length) for arguments with a dynamic length
+        self.dynamic: dict[int, tuple[Node, Tracer]] = {}
 
     def add_input(self, t: Type, kind: str, name: str, binding=None) -> Node:
         base, k = name, 1
@@ -215,7 +217,7 @@ class Tracer:
         self.level = len(_current) if level is None else level  # nesting depth of its trace
 
     # -- numpy-like attributes --------------------------------------------------------------
-    shape = property(lambda self: self.node.shape)
+    shape = property(lambda self: _check_static(self) or self.node.shape)
     ndim = property(lambda self: self.node.type.ndim)
     size = property(lambda self: self.node.type.size)
     dtype = property(lambda self: np.dtype(ir.NUMPY_DTYPE[self.node.dtype]))
@@ -395,6 +397,7 @@ def lift(x: Any) -> Tracer:
                 "a value computed inside a loop body is used outside the loop; return it from "
                 "the body (as part of the carry, or as a scan output) instead"
             )
+        _check_static(x)
         return _state().lift_outer(x)  # a value of an enclosing trace, used in a loop body
     if isinstance(x, (bool, np.bool_)):
         return Tracer(ops.const(bool(x), dtype="bool"), np.bool_(x))
@@ -448,6 +451,9 @@ def _wrap(node: Node) -> Tracer:
 
 def _build(fn: Callable[..., Node], *xs: Any, **kw) -> Tracer:
     ts = [lift(x) for x in xs]
+    if _current and _current[0].dynamic:
+        for t in ts:
+            _check_static(t)
     for t in ts:
         _values.setdefault(id(t.node), (t.node, t.value))
     try:
@@ -685,23 +691,55 @@ def _input_type(value: Any, position: int) -> tuple[Type, np.ndarray]:
     return Type(arr.shape, "f64"), np.array(arr, dtype=np.float64)
 
 
-def trace(f: Callable, args: Sequence[Any], argnums: Sequence[int]) -> Graph:
+def dynamic_length(x: Any) -> "Tracer | None":
+    """The traced length of ``x`` if it is an argument with a dynamic leading axis, else None."""
+    if not isinstance(x, Tracer) or not _current:
+        return None
+    hit = _current[0].dynamic.get(id(x.node))
+    return None if hit is None or hit[0] is not x.node else hit[1]
+
+
+def _check_static(t: "Tracer") -> None:
+    if _current and _current[0].dynamic and dynamic_length(t) is not None:
+        raise _fail(
+            "an argument with a dynamic length (dynamic_argnums) can only be passed to "
+            "tapejit.scan as xs; its length is not known when compiling"
+        )
+
+
+def trace(f: Callable, args: Sequence[Any], argnums: Sequence[int],
+          dynamic: dict[int, int] | None = None) -> Graph:
     """Trace ``f(*args)`` into a graph whose inputs are ``args`` (active where in ``argnums``)
     followed by the arrays ``f`` captured (const inputs, snapshotted now).
 
-    ``f`` must return a scalar (shape ``()``) float. Raises :class:`TracingError` for anything
-    that cannot be traced, naming the user's file and line.
+    ``dynamic`` maps the position of an argument whose leading axis may change between calls
+    to its *capacity*: the input is declared with that many rows, and a hidden scalar input
+    (after the arguments) carries the actual length; such an argument may only be scanned over
+    (:func:`tapejit.scan`). ``f`` must return a scalar (shape ``()``) float. Raises
+    :class:`TracingError` for anything that cannot be traced, naming the user's file and line.
     """
     name = getattr(f, "__name__", "f")
     if name == "<lambda>":
         name = "lambda"
+    dynamic = dynamic or {}
     st = _Trace()
     tracers = []
     for i, a in enumerate(args):
         t, value = _input_type(a, i)
         kind = "active" if i in argnums else "inactive"
+        if i in dynamic:
+            rows = dynamic[i]
+            if not t.shape or t.shape[0] > rows:
+                raise ValueError(f"argument {i} needs a leading axis of at most {rows} rows")
+            padded = np.zeros((rows, *t.shape[1:]))
+            padded[: t.shape[0]] = value
+            t, value = Type((rows, *t.shape[1:])), padded
         node = st.add_input(t, kind, f"x{i}" if len(args) > 1 else "x")
         tracers.append(Tracer(node, value if t.shape else value[()], st.level))
+    for i in sorted(dynamic):
+        node = st.add_input(Type(()), "inactive", f"len{i}")
+        length = Tracer(node, np.float64(np.shape(args[i])[0]), st.level)
+        st.dynamic[id(tracers[i].node)] = (tracers[i].node, length)
     _current.append(st)
     saved = dict(_values)
     _values.clear()

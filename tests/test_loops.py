@@ -266,3 +266,65 @@ def test_a_body_value_leaking_out_is_an_error():
 def test_a_carry_that_changes_shape_is_an_error():
     with pytest.raises(tj.TracingError, match="keeps its shape"):
         tj.compile(lambda x: np.sum(tj.fori_loop(0, 2, lambda i, c: c[:1], x)), np.ones(2))
+
+
+# -- scan over a dynamic length -------------------------------------------------------------------
+def rnn_dynamic(p, xs):
+    W, U = p[: H * H].reshape(H, H), p[H * H :].reshape(H, D)
+
+    def step(carry, x):
+        h, loss = carry
+        h = np.tanh(W @ h + U @ x)
+        return (h, loss + np.sum(h * h)), None
+
+    (h, loss), _ = tj.scan(step, (np.zeros(H), 0.0), xs)
+    return loss + np.sum(h)
+
+
+def rnn_dynamic_reference(p, xs):
+    W, U = p[: H * H].reshape(H, H), p[H * H :].reshape(H, D)
+    h, loss = np.zeros(H), 0.0
+    for x in xs:
+        h = np.tanh(W @ h + U @ x)
+        loss += np.sum(h * h)
+    return loss + np.sum(h)
+
+
+def test_scan_over_lengths_10_100_1000_compiles_once():
+    p = rnn_params(3)
+    g = tj.compile(rnn_dynamic, p, RNG.normal(size=(10, D)), dynamic_argnums=1, cache=False)
+    for T in (10, 100, 1000, 1):
+        xs = RNG.normal(size=(T, D))
+        value, grad = g.value_and_grad(p, xs)
+        assert value == pytest.approx(rnn_dynamic_reference(p, xs), rel=1e-12)
+        dirs, fd = central(lambda q: rnn_dynamic_reference(q, xs), p)
+        np.testing.assert_allclose([grad @ d for d in dirs], fd, rtol=1e-6, atol=1e-7)
+    assert g._compiles == 1 and len(g.specialisations) == 1
+    assert g.loop_iterations == [1111, 1111]  # forward and backward ran 10+100+1000+1 steps
+
+
+def test_a_longer_sequence_than_the_capacity_compiles_once_more():
+    p = rnn_params(4)
+    g = tj.compile(rnn_dynamic, p, RNG.normal(size=(5, D)), dynamic_argnums=1, cache=False)
+    xs = RNG.normal(size=(tj.api.DYNAMIC_CAPACITY + 5, D))
+    assert g(p, xs) @ np.ones_like(p) == pytest.approx(
+        tj.compile(rnn_dynamic_reference, p, xs, cache=False)(p, xs) @ np.ones_like(p), rel=1e-10)
+    assert g._compiles == 2
+    g(p, xs[:50])  # served by a variant that fits, no compile
+    assert g._compiles == 2
+
+
+def test_dynamic_length_misuse_is_a_clear_error():
+    p, xs = rnn_params(5), RNG.normal(size=(8, D))
+    with pytest.raises(ValueError, match="both differentiated"):
+        tj.compile(rnn_dynamic, p, xs, argnums=(0, 1), dynamic_argnums=1)
+    with pytest.raises(tj.TracingError, match="can only be passed to tapejit.scan"):
+        tj.compile(lambda p, xs: np.sum(xs) * p[0], p, xs, dynamic_argnums=1)
+    with pytest.raises(tj.TracingError, match=r"return \(carry, None\)"):
+        tj.compile(lambda p, xs: np.sum(tj.scan(lambda c, x: (c, x * p[0]), 0.0, xs)[1]), p, xs,
+                   dynamic_argnums=1)
+    g = tj.compile(rnn_dynamic, p, xs, dynamic_argnums=1, cache=False)
+    with pytest.raises(ValueError, match=r"argument 1 must have shape \(n, 3\)"):
+        g(p, RNG.normal(size=(8, D + 1)))
+    with pytest.raises(TypeError, match="cannot be batched"):
+        g.batch(p[None], xs[None])
