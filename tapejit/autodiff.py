@@ -17,7 +17,7 @@ accumulator (one O(n) zero-fill, then O(1) per access) — never a dense one-hot
 from __future__ import annotations
 
 from . import ops
-from .ir import Graph, Node, Type, toposort, verify
+from .ir import Graph, Node, Type, substitute, toposort, verify
 
 
 def active_nodes(g: Graph) -> set[int]:
@@ -98,19 +98,6 @@ def _sweep(nodes: list[Node], varied: set[int], seeds: dict[int, list]) -> dict[
     return contribs
 
 
-def substitute(outputs: tuple[Node, ...], mapping: dict[int, Node]) -> tuple[Node, ...]:
-    """``outputs`` rebuilt with every node whose id is in ``mapping`` replaced by its image
-    (re-interned, so unchanged subgraphs stay the same nodes)."""
-    memo: dict[int, Node] = dict(mapping)
-    for n in toposort(outputs):
-        if id(n) in memo:
-            continue
-        args = tuple(memo[id(a)] for a in n.args)
-        same = all(a is b for a, b in zip(args, n.args))
-        memo[id(n)] = n if same else Node(n.op, args, n.attrs, n.type)
-    return tuple(memo[id(o)] for o in outputs)
-
-
 def loop_vjp(body: Graph, n_carry: int, n_xs: int, wrt_xs: tuple[bool, ...],
              wrt_params: tuple[bool, ...], checkpoint: bool, prefix: str) -> tuple[Graph, ops.LoopVJP]:
     """Split a loop body for reverse mode: ``(forward body with residual outputs, LoopVJP)``.
@@ -169,13 +156,24 @@ def loop_vjp(body: Graph, n_carry: int, n_xs: int, wrt_xs: tuple[bool, ...],
         residuals = list(carries)
     else:
         wanted: set[int] = set()
+        byid = {id(n): n for n in nodes}
+
+        def want(a: Node) -> None:
+            # a reshape computes nothing: recompute it in B and store its operand instead
+            while a.op == "reshape" and id(a.args[0]) in forward:
+                a = a.args[0]
+            if id(a) in variant and id(a) not in keep_in:
+                wanted.add(id(a))
+
         for n in toposort(b_outs):
             if id(n) in forward:
                 continue
             for a in n.args:
-                if id(a) in forward and id(a) in variant and id(a) not in keep_in:
-                    wanted.add(id(a))
-        wanted.update(id(o) for o in b_outs if id(o) in forward and id(o) in variant and id(o) not in keep_in)
+                if id(a) in forward:
+                    want(a)
+        for o in b_outs:
+            if id(o) in forward:
+                want(byid[id(o)])
         order = [*carries, *(n for n in nodes if n.op != "input")]
         residuals = [n for n in order if id(n) in wanted]
 
@@ -204,6 +202,7 @@ def loop_vjp(body: Graph, n_carry: int, n_xs: int, wrt_xs: tuple[bool, ...],
     for k, p in enumerate(params):
         take(p, f"p{k}", p.type)
     leaked = [c for c in carries if id(c) not in mapping]
+    # forward reshapes B reads are recomputed from their (stored or available) operands
     b_body = substitute(b_outs, mapping)
     stray = {id(c) for c in leaked} & {id(n) for n in toposort(b_body)}
     if stray:

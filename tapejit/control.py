@@ -32,7 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import autodiff, ops, tracing
-from .ir import Graph, Node, Type
+from .ir import Graph, Node, Type, substitute
 from .tracing import BodyTrace, Tracer, TracingError, _fail, _values, lift
 
 
@@ -229,6 +229,11 @@ def _trace_body(st: BodyTrace, fn: Callable, args: tuple) -> Any:
         tracing._current.pop()
         _values.clear()
         _values.update(saved)
+        # params that enclosing bodies lifted in while this one was traced keep their values
+        for outer in tracing._current:
+            if isinstance(outer, BodyTrace):
+                for _, t in outer._lifted.values():
+                    _values.setdefault(id(t.node), (t.node, t.value))
 
 
 def _leaf(v: Any, what: str) -> Tracer:
@@ -251,7 +256,7 @@ def _finish(st: BodyTrace, outputs: list[Node], params: list[Tracer], name: str)
         old = mine.get(id(p.node))
         if old is not None:
             mapping[id(old)] = node
-    outs = autodiff.substitute(tuple(outputs), mapping)
+    outs = substitute(tuple(outputs), mapping)
     return Graph(name, tuple(inputs), ("inactive",) * len(inputs), outs)
 
 
@@ -323,6 +328,13 @@ def _loop(step: Callable, init: Any, xs: list, n: int, *, start: int = 0, cond: 
         cgraph = _finish(cond_st, [node], params, "cond")
 
     n_carry, n_xs = len(carries), len(x_ts)
+    # loop-invariant code motion: values of the body that depend only on params, computed once
+    body, nodes = ops.hoist_invariants(body, 1 + n_carry + n_xs, [p.node for p in params], f"h{depth}")
+    for extra in nodes[len(params) :]:
+        params.append(tracing._wrap(extra))
+    if cgraph is not None and len(cgraph.inputs) < n_carry + len(params):
+        cgraph = ops.extend_inputs(cgraph, [p.node.type for p in params[len(cgraph.inputs) - n_carry :]],
+                                   f"h{depth}")
     vjp = None
     if any(outer.differentiable(t.node) for t in carries + x_ts + params):
         wrt_xs = tuple(outer.differentiable(x.node) for x in x_ts)

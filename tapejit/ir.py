@@ -139,6 +139,19 @@ def toposort(outputs: Iterable[Node]) -> list[Node]:
     return order
 
 
+def substitute(outputs: tuple[Node, ...], mapping: dict[int, Node]) -> tuple[Node, ...]:
+    """``outputs`` rebuilt with every node whose id is in ``mapping`` replaced by its image
+    (re-interned, so unchanged subgraphs stay the same nodes)."""
+    memo: dict[int, Node] = dict(mapping)
+    for n in toposort(outputs):
+        if id(n) in memo:
+            continue
+        args = tuple(memo[id(a)] for a in n.args)
+        same = all(a is b for a, b in zip(args, n.args))
+        memo[id(n)] = n if same else Node(n.op, args, n.attrs, n.type)
+    return tuple(memo[id(o)] for o in outputs)
+
+
 INPUT_KINDS = ("active", "inactive", "const")
 
 

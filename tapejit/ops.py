@@ -575,6 +575,60 @@ def loop_layout(spec: LoopSpec) -> LoopLayout:
     return LoopLayout(tuple(carries), tuple(ys), off, off + 1)
 
 
+#: Ops that compute nothing (views): not worth hoisting out of a loop body on their own.
+_FREE = ("reshape",)
+
+
+def hoist_invariants(body: ir.Graph, n_fixed: int, params: list[Node], prefix: str
+                     ) -> tuple[ir.Graph, list[Node]]:
+    """Loop-invariant code motion for a loop body.
+
+    ``body``'s inputs are ``n_fixed`` per-iteration inputs followed by one input per node of
+    ``params`` (the loop's operands). A body node that depends only on params and constants
+    computes the same value in every iteration: each such node that an iteration-dependent node
+    (or an output) reads is rebuilt outside the loop on ``params`` and passed in as a new param.
+    Returns the new body and param list (``params`` plus the hoisted nodes).
+    """
+    pin = body.inputs[n_fixed:]
+    invariant = {id(p) for p in pin}
+    nodes = body.nodes
+    for n in nodes:
+        if n.op == "const" or (n.op != "input" and n.args and all(id(a) in invariant for a in n.args)):
+            invariant.add(id(n))
+    frontier: list[Node] = []
+    seen: set[int] = set()
+
+    def visit(a: Node) -> None:
+        if id(a) in invariant and a.op not in ("input", "const") and id(a) not in seen:
+            if a.op in _FREE:  # hoist what the view reads, keep the view in the body
+                return visit(a.args[0])
+            seen.add(id(a))
+            frontier.append(a)
+
+    for n in nodes:
+        if id(n) not in invariant:
+            for a in n.args:
+                visit(a)
+    for o in body.outputs:
+        visit(o)
+    if not frontier:
+        return body, list(params)
+    outer = ir.substitute(tuple(frontier), {id(p): q for p, q in zip(pin, params)})
+    start = len(body.inputs)
+    new_in = [Node("input", (), (start + k, f"{prefix}h{k}"), n.type) for k, n in enumerate(frontier)]
+    outs = ir.substitute(body.outputs, {id(n): m for n, m in zip(frontier, new_in)})
+    inputs = body.inputs + tuple(new_in)
+    g = ir.Graph(body.name, inputs, ("inactive",) * len(inputs), outs)
+    return g, list(params) + list(outer)
+
+
+def extend_inputs(g: ir.Graph, types: list[Type], prefix: str) -> ir.Graph:
+    """``g`` with unused inputs of ``types`` appended (a sub-graph taking a loop's new params)."""
+    start = len(g.inputs)
+    extra = tuple(Node("input", (), (start + k, f"{prefix}e{k}"), t) for k, t in enumerate(types))
+    return g.replace(inputs=g.inputs + extra, kinds=g.kinds + ("inactive",) * len(extra))
+
+
 def _loop(types, attrs):
     (spec,) = attrs
     body = spec.body
@@ -668,9 +722,11 @@ def _loop_vjp(g, out, *args):
     steps = index(out, (lay.steps,))
     acc0 = [const(0.0, p.shape) for p, w in zip(params, v.wrt_params) if w]
     n_acc = len(acc0)
-    bspec = LoopSpec(v.body, spec.n_carry + n_acc, len(res) + len(ct_y) + len(xs), spec.max_steps,
+    n_fixed = 1 + spec.n_carry + n_acc + len(res) + len(ct_y) + len(xs)
+    bbody, bparams = hoist_invariants(v.body, n_fixed, list(params), "v")
+    bspec = LoopSpec(bbody, spec.n_carry + n_acc, len(res) + len(ct_y) + len(xs), spec.max_steps,
                      start=spec.start, reverse=not spec.reverse, dynamic=True)
-    bwd = make("loop", steps, *ct_c, *acc0, *res, *ct_y, *xs, *params, attrs=(bspec,))
+    bwd = make("loop", steps, *ct_c, *acc0, *res, *ct_y, *xs, *bparams, attrs=(bspec,))
     blay = loop_layout(bspec)
     ct_init = [segment(bwd, s) for s in blay.carries[: spec.n_carry]]
     accs = iter(segment(bwd, s) for s in blay.carries[spec.n_carry :])
