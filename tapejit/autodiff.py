@@ -159,8 +159,9 @@ def loop_vjp(body: Graph, n_carry: int, n_xs: int, wrt_xs: tuple[bool, ...],
         byid = {id(n): n for n in nodes}
 
         def want(a: Node) -> None:
-            # a reshape computes nothing: recompute it in B and store its operand instead
-            while a.op == "reshape" and id(a.args[0]) in forward:
+            # a reshape or an index computes (next to) nothing: recompute it in B and store its
+            # operand instead (x_t itself is never stored: B reads the stacked xs)
+            while a.op in ("reshape", "index") and id(a.args[0]) in forward:
                 a = a.args[0]
             if id(a) in variant and id(a) not in keep_in:
                 wanted.add(id(a))

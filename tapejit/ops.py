@@ -510,8 +510,10 @@ class LoopSpec:
     (an f64 scalar, present when ``dynamic``) bounds the iterations run at run time; each ``x``
     has shape ``(max_steps, *x_t.shape)``. ``reverse`` runs ``t = steps-1, ..., 0``. The result
     is one flat f64 vector (see :func:`loop_layout`): the final carries, each ``y`` stacked to
-    ``(max_steps, *y_t.shape)`` (entries past the iterations run are zero), and the number of
-    iterations run.
+    ``(max_steps, *y_t.shape)``, and the number of iterations run. Stacked entries past the
+    iterations run are unspecified (zero in the reference): only residual stacks can have such
+    entries (user-visible ys come from loops that always run ``max_steps`` iterations), and the
+    backward loop reads exactly the iterations that ran.
     """
 
     body: ir.Graph
