@@ -231,6 +231,9 @@ class Lowering:
         self.kernel_fns: dict[str, tuple[ir.Function, list[int]]] = {}
         self.tapes = 0
         self._bases: ir.Value | None = None
+        self._walker: ir.Function | None = None
+        self._cases: dict[int, int] = {}  # id(kernel function) -> its case in the walker
+        self._case_fns: list[tuple[ir.Function, int]] = []
         checks: dict[int, list[tuple[int, bool]]] = {}
         for status, (c, expected, _) in enumerate(self.prog.graph.guards, start=1):
             checks.setdefault(id(c), []).append((status, expected))
@@ -255,6 +258,8 @@ class Lowering:
                 else:
                     pending.append((face, fn, record))
         self.flush(pending)
+        if self._walker is not None:
+            self.emit_walker()
         for fn, calls in self.kernel_fns.values():
             if calls[0] > 1:  # shared by several sites: keep one copy (compile time stays linear)
                 fn.attributes.add("noinline")
@@ -346,15 +351,13 @@ class Lowering:
             for i, p in enumerate(ptrs):
                 b.store(p, b.gep(self._bases, [I32(0), I32(i)], inbounds=True))
             b.position_at_end(here)
-        cases: dict[int, int] = {}  # id(fn) -> case number
-        fns: list[tuple[ir.Function, int]] = []
         words: list[int] = []
         for face, fn, record in pending:
-            if id(fn) not in cases:
-                cases[id(fn)] = len(fns)
-                fns.append((fn, len(face.ptr_nodes)))
-                self.kernel_fns[face.key][1][0] += 2  # kept out of line: the walk stays small
-            words += [cases[id(fn)], *record]
+            if id(fn) not in self._cases:
+                self._cases[id(fn)] = len(self._case_fns)
+                self._case_fns.append((fn, len(face.ptr_nodes)))
+                self.kernel_fns[face.key][1][0] += 2  # kept out of line: the walker stays small
+            words += [self._cases[id(fn)], *record]
         pending.clear()
         # the table as bytes: one constant for llvmlite to print instead of one per word
         data = bytearray(struct.pack(f"<{len(words)}q", *words))
@@ -364,39 +367,50 @@ class Lowering:
         table.initializer = ir.Constant(ty, data)
         table.align = 8
         self.tapes += 1
-        here = b.block
-        b.position_at_start(self.fn.entry_basic_block)
-        table_words = b.bitcast(table, I64.as_pointer())
-        b.position_at_end(here)
+        if self._walker is None:
+            fty = ir.FunctionType(ir.VoidType(), [I64.as_pointer(), I64, I8.as_pointer().as_pointer()])
+            self._walker = ir.Function(self.module, fty, name=f"{self.fn.name}.walk")
+            self._walker.linkage = "internal"
+            self._walker.attributes.add("noinline")
+        bases = b.gep(self._bases, [I32(0), I32(0)], inbounds=True)
+        b.call(self._walker, [b.bitcast(table, I64.as_pointer()), I64(len(words)), bases])
+
+    def emit_walker(self) -> None:
+        """The body of the one function that walks every call tape of this program: a loop over
+        the records of a table, dispatching on the kernel number (one case per kernel function
+        called from a tape)."""
+        w = self._walker
+        table, n_words, bases = w.args
+        b = ir.IRBuilder(w.append_basic_block("entry"))
 
         def word(pos: ir.Value) -> ir.Value:
-            return b.load(b.gep(table_words, [pos], inbounds=True))
+            return b.load(b.gep(table, [pos], inbounds=True))
 
-        pre = b.block
-        head = self.fn.append_basic_block("tape.head")
-        body = self.fn.append_basic_block("tape.dispatch")
-        latch = self.fn.append_basic_block("tape.next")
-        bad = self.fn.append_basic_block("tape.bad")
-        done = self.fn.append_basic_block("tape.done")
+        entry = b.block
+        head = w.append_basic_block("head")
+        body = w.append_basic_block("dispatch")
+        latch = w.append_basic_block("next")
+        bad = w.append_basic_block("bad")
+        done = w.append_basic_block("done")
         b.branch(head)
         b.position_at_end(head)
         pos = b.phi(I64)
-        pos.add_incoming(I64(0), pre)
-        b.cbranch(b.icmp_signed("<", pos, I64(len(words))), body, done)
+        pos.add_incoming(I64(0), entry)
+        b.cbranch(b.icmp_signed("<", pos, n_words), body, done)
         b.position_at_end(bad)
         b.unreachable()
         b.position_at_end(body)
         switch = b.switch(word(pos), bad)
         step = []
-        for case, (fn, arity) in enumerate(fns):
-            block = self.fn.append_basic_block(f"tape.k{case}")
+        for case, (fn, arity) in enumerate(self._case_fns):
+            block = w.append_basic_block(f"k{case}")
             switch.add_case(I64(case), block)
             b.position_at_end(block)
             args = []
             for j, ty in enumerate(fn.function_type.args):
                 base = word(b.add(pos, I64(1 + 2 * j)))
                 off = word(b.add(pos, I64(2 + 2 * j)))
-                p = b.load(b.gep(self._bases, [I64(0), base], inbounds=True))
+                p = b.load(b.gep(bases, [base], inbounds=True))
                 args.append(b.bitcast(b.gep(p, [off], inbounds=True), ty))
             b.call(fn, args)
             step.append((b.add(pos, I64(1 + 2 * arity)), b.block))
@@ -408,6 +422,7 @@ class Lowering:
         pos.add_incoming(nxt, latch)
         b.branch(head)
         b.position_at_end(done)
+        b.ret_void()
 
     def node(self, n: Node) -> None:
         """Lower one node by its group's rule (straight-line code or its own loop nest)."""
