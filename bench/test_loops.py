@@ -20,6 +20,10 @@ import numpy as np
 import pytest
 
 import tapejit as tj
+from benchutil import tag
+
+WHILE = "While loop (seed 003): MLP 1-256-256-1 body, 8 steps taken, gradient"
+RNN = "RNN scan, hidden 16, input 4: loss gradient, one compile for every T"
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from rnn_scan import D, H, bptt, rnn_loss  # noqa: E402
@@ -65,7 +69,7 @@ def while_numpy_grad(val):
 @pytest.mark.parametrize("max_steps", [8, 64, 1024])
 def test_while_mlp_tapejit(benchmark, max_steps):
     """tapejit: gradient of the bounded while loop; cost should not depend on max_steps."""
-    benchmark.group = "while-mlp"
+    tag(benchmark, WHILE, f"max_steps={max_steps}", "tapejit")
     val = np.array([0.3])
     grad = tj.compile(while_model(max_steps), val)
     g = np.empty(1)
@@ -74,9 +78,10 @@ def test_while_mlp_tapejit(benchmark, max_steps):
     benchmark(grad, val, out=g)
 
 
-def test_while_mlp_numpy(benchmark):
-    """Reference: the hand-written numpy gradient of the same 8 steps."""
-    benchmark.group = "while-mlp"
+@pytest.mark.parametrize("max_steps", [8, 64, 1024])
+def test_while_mlp_numpy(benchmark, max_steps):
+    """Reference: the hand-written numpy gradient of the same 8 steps (no bound to pay for)."""
+    tag(benchmark, WHILE, f"max_steps={max_steps}", "numpy (hand)")
     benchmark(while_numpy_grad, np.array([0.3]))
 
 
@@ -90,7 +95,7 @@ def rnn():
 @pytest.mark.parametrize("T", [10, 100, 1000])
 def test_rnn_tapejit(benchmark, rnn, T):
     """tapejit: RNN loss gradient through tj.scan over a dynamic-length sequence."""
-    benchmark.group = f"rnn T={T}"
+    tag(benchmark, RNN, f"T={T}", "tapejit (tj.scan, dynamic length)")
     p, grad = rnn
     seq = RNG.normal(size=(T, D + 1))
     g = np.empty_like(p)
@@ -104,6 +109,6 @@ def test_rnn_tapejit(benchmark, rnn, T):
 @pytest.mark.parametrize("T", [10, 100, 1000])
 def test_rnn_numpy_bptt(benchmark, T):
     """Reference: hand-written numpy backpropagation through time."""
-    benchmark.group = f"rnn T={T}"
+    tag(benchmark, RNN, f"T={T}", "numpy BPTT (hand)")
     p = RNG.normal(size=H * H + H * D + H) * 0.25
     benchmark(bptt, p, RNG.normal(size=(T, D + 1)))
