@@ -16,13 +16,15 @@ from ..ir import Graph, verify
 from . import cleanup, fusion, memplan, simplify
 from .memplan import plan
 
-#: The pass pipeline, in order: (name, Graph -> (Graph, stats)). Simplify runs again after CSE,
-#: since merged nodes can expose new identities (``x - x``).
-PIPELINE: list[tuple[str, Callable[[Graph], tuple[Graph, dict]]]] = [
-    ("simplify", simplify.simplify),
-    ("cse", cleanup.cse),
-    ("simplify-2", simplify.simplify),
-    ("dce", cleanup.dce),
+#: The pass pipeline, in order: (name, Graph -> (Graph, stats), when). ``when`` (given the
+#: statistics so far) says whether the pass can change anything; a pass that cannot is skipped.
+#: Simplify runs again after CSE only if CSE merged nodes, which can expose new identities
+#: (``x - x``); on a 20k-node graph a rewrite costs ~0.2 s.
+PIPELINE: list[tuple[str, Callable[[Graph], tuple[Graph, dict]], Callable[[dict], bool]]] = [
+    ("simplify", simplify.simplify, lambda stats: True),
+    ("cse", cleanup.cse, lambda stats: True),
+    ("simplify-2", simplify.simplify, lambda stats: stats["cse"]["merged"] > 0),
+    ("dce", cleanup.dce, lambda stats: True),
 ]
 
 
@@ -30,8 +32,12 @@ def optimise(g: Graph, pipeline=None) -> tuple[Graph, dict]:
     """Run ``pipeline`` (default :data:`PIPELINE`) on ``g``; returns the optimised graph and
     per-pass statistics: node counts before and after, seconds, and the pass's own figures."""
     stats: dict[str, dict] = {}
-    for name, fn in PIPELINE if pipeline is None else pipeline:
+    for name, fn, *when in PIPELINE if pipeline is None else pipeline:
         before = len(g.nodes)
+        if when and not when[0](stats):
+            stats[name] = {"nodes_before": before, "nodes_after": before, "seconds": 0.0,
+                           "skipped": True}
+            continue
         t0 = time.perf_counter()
         g, s = fn(g)
         verify(g)
