@@ -42,8 +42,12 @@ def mlp(x):
 
 def while_model(max_steps):
     def f(val):
-        x, _ = tj.while_loop(lambda c: c[1] < STEPS, lambda c: (mlp(c[0]), c[1] + 1.0), (val, 0.0),
-                             max_steps=max_steps)
+        x, _ = tj.while_loop(
+            lambda c: c[1] < STEPS,
+            lambda c: (mlp(c[0]), c[1] + 1.0),
+            (val, 0.0),
+            max_steps=max_steps,
+        )
         return np.sum(x)
 
     return f

@@ -24,7 +24,12 @@ F64 = ir.DoubleType()
 
 
 def add_batch_entry(
-    module: ir.Module, kernel_name: str, in_sizes: list[int], n_consts: int, out_sizes: list[int], name: str
+    module: ir.Module,
+    kernel_name: str,
+    in_sizes: list[int],
+    n_consts: int,
+    out_sizes: list[int],
+    name: str,
 ) -> None:
     """Add ``name`` (signature above) to ``module``; ``in_sizes``/``out_sizes`` are the element
     counts of one row of each runtime argument and each gradient output."""

@@ -110,7 +110,9 @@ class ObjectCache:
     def entries(self) -> list[Path]:
         if not self.directory.is_dir():
             return []
-        return sorted(p for p in self.directory.iterdir() if p.suffix == SUFFIX and not p.name.startswith("."))
+        return sorted(
+            p for p in self.directory.iterdir() if p.suffix == SUFFIX and not p.name.startswith(".")
+        )
 
     def info(self) -> dict:
         """``{"directory", "entries", "bytes"}``."""

@@ -112,7 +112,9 @@ def env_name(trampoline: str) -> str:
     return f"{trampoline}_env"
 
 
-def fill_env(table_address: int, value_addr: int, workspace_addr: int, const_addrs: Sequence[int]) -> None:
+def fill_env(
+    table_address: int, value_addr: int, workspace_addr: int, const_addrs: Sequence[int]
+) -> None:
     """Write this process's addresses into a loaded trampoline's environment table."""
     values = {
         "ndarray": id(np.ndarray),
@@ -131,7 +133,9 @@ def fill_env(table_address: int, value_addr: int, workspace_addr: int, const_add
 
 class _Builder:
     def __init__(self, module: ir.Module, kernel: ir.Function, name: str, n_consts: int):
-        self.table = ir.GlobalVariable(module, ir.ArrayType(I64, len(ENV) + n_consts), env_name(name))
+        self.table = ir.GlobalVariable(
+            module, ir.ArrayType(I64, len(ENV) + n_consts), env_name(name)
+        )
         self.table.initializer = ir.Constant(self.table.value_type, None)
         self.fnty = ir.FunctionType(I8P, [I8P, I8P.as_pointer(), I64, I8P])
         self.fn = ir.Function(module, self.fnty, name=name)

@@ -30,8 +30,15 @@ class CodeLibrary:
     code, or loading). ``asm`` is produced on first access.
     """
 
-    def __init__(self, engine: llvm.ExecutionEngine, tm: llvm.TargetMachine, llvm_ir: str,
-                 obj: bytes | None, mod: llvm.ModuleRef | None, timings: dict[str, float]):
+    def __init__(
+        self,
+        engine: llvm.ExecutionEngine,
+        tm: llvm.TargetMachine,
+        llvm_ir: str,
+        obj: bytes | None,
+        mod: llvm.ModuleRef | None,
+        timings: dict[str, float],
+    ):
         self._engine, self._tm, self._mod = engine, tm, mod
         self.llvm_ir, self.object, self.timings = llvm_ir, obj, timings
         self._asm: str | None = None

@@ -368,7 +368,9 @@ class Lowering:
         table.align = 8
         self.tapes += 1
         if self._walker is None:
-            fty = ir.FunctionType(ir.VoidType(), [I64.as_pointer(), I64, I8.as_pointer().as_pointer()])
+            fty = ir.FunctionType(
+                ir.VoidType(), [I64.as_pointer(), I64, I8.as_pointer().as_pointer()]
+            )
             self._walker = ir.Function(self.module, fty, name=f"{self.fn.name}.walk")
             self._walker.linkage = "internal"
             self._walker.attributes.add("noinline")
@@ -518,7 +520,9 @@ class Interface:
                 self.gathers[id(n)] = len(self.ptr_nodes)
                 self.ptr_nodes.append(n)
                 self.gather_offsets.append(offset)
-                line = f"scatter_add|{n.type}|{strides}|" + ref(n.args[1]) + f">g{self.gathers[id(n)]}"
+                line = (
+                    f"scatter_add|{n.type}|{strides}|" + ref(n.args[1]) + f">g{self.gathers[id(n)]}"
+                )
                 parts.append(line)
                 continue
             if k.body and n.op in ("index", "transpose", "broadcast_to") and n.args[0].shape != ():
@@ -558,11 +562,16 @@ class KernelFunction:
         L.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         L.regs = {id(n): self.fn.args[len(face.ptr_nodes) + i] for i, n in enumerate(face.scalars)}
         gather_params = set(face.gathers.values())
+
         def where(n):
             phys, off = outer.location(n)
             return phys.kind, phys.index, off, n.dtype
 
-        bufs = {where(n): self.fn.args[i] for i, n in enumerate(face.ptr_nodes) if i not in gather_params}
+        bufs = {
+            where(n): self.fn.args[i]
+            for i, n in enumerate(face.ptr_nodes)
+            if i not in gather_params
+        }
         L.ptr = lambda n: bufs[where(n)]
         L.gather_source = lambda n: (self.fn.args[face.gathers[id(n)]], 0, gather_affine(n)[1])
         L.scatter_target = lambda n: (
@@ -683,12 +692,16 @@ def _lower_loop(L: Lowering, k) -> None:
     registers, stored only when they have a slot; full reductions accumulate with ``reassoc``."""
     b = L.b
     body_ids = {id(n) for n in k.body}
-    gathers = [n for n in k.body if n.op in ("index", "transpose", "broadcast_to") and n.args[0].shape != ()]
+    gathers = [
+        n
+        for n in k.body
+        if n.op in ("index", "transpose", "broadcast_to") and n.args[0].shape != ()
+    ]
     accs = {}
     for n in k.body:
         if n.op in ops.REDUCE:
             accs[id(n)] = L.accumulator(0.0 if n.op == "reduce_sum" else -math.inf)
-    with (L.nest(k.space) if gathers else L.loop(math.prod(k.space))) as idx:
+    with L.nest(k.space) if gathers else L.loop(math.prod(k.space)) as idx:
         if gathers:
             i = L.flat(idx, k.space) if idx else I64(0)
         else:
@@ -698,7 +711,12 @@ def _lower_loop(L: Lowering, k) -> None:
             if n in gathers or n.op in ("broadcast_to", "reshape"):
                 continue
             for a in n.args:
-                if a.shape != () and id(a) not in body_ids and id(a) not in vals and a.op != "const":
+                if (
+                    a.shape != ()
+                    and id(a) not in body_ids
+                    and id(a) not in vals
+                    and a.op != "const"
+                ):
                     vals[id(a)] = L.load(a, i)
 
         def val(a: Node) -> ir.Value:
@@ -792,7 +810,10 @@ def _lower_loop_node(L: Lowering, n: Node) -> None:
 
     def call(fn: ir.Function, ins: list, outs: list, work: int) -> None:
         args = [*ins, *outs, b.gep(ws, [I64(work)], inbounds=True)]
-        b.call(fn, [b.bitcast(v, ty) if v.type != ty else v for v, ty in zip(args, fn.function_type.args)])
+        b.call(
+            fn,
+            [b.bitcast(v, ty) if v.type != ty else v for v, ty in zip(args, fn.function_type.args)],
+        )
 
     if cond_fn is not None:
         cond_out = scratch(lp.cond_out)
@@ -802,7 +823,10 @@ def _lower_loop_node(L: Lowering, n: Node) -> None:
         b.position_at_end(go)
     b.store(b.sitofp(b.add(tt, I64(spec.start)), F64), i_slot)
     x_t = [at(p, b.mul(tt, I64(x.type.size // spec.max_steps))) for p, x in zip(x_ptrs, xs)]
-    ys = [at(out, b.add(I64(seg.offset), b.mul(tt, I64(seg.size // spec.max_steps)))) for seg in lay.ys]
+    ys = [
+        at(out, b.add(I64(seg.offset), b.mul(tt, I64(seg.size // spec.max_steps))))
+        for seg in lay.ys
+    ]
     call(body_fn, [i_slot, *carry_a, *x_t, *p_ptrs], [*carry_b, *ys], lp.body_ws)
     for seg, src, dst in zip(lay.carries, carry_b, carry_a):
         with L.loop(seg.size) as i:

@@ -49,7 +49,9 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=100_000, help="calls per timing at n = 100")
     ns = p.parse_args()
     rng = np.random.default_rng(0)
-    print(f"{'n':>7} {'compile ms':>11} {'max rel err':>12} {'tapejit us':>11} {'numpy us':>9} {'speed-up':>9}")
+    print(
+        f"{'n':>7} {'compile ms':>11} {'max rel err':>12} {'tapejit us':>11} {'numpy us':>9} {'speed-up':>9}"
+    )
     ok = True
     for n in (100, 10_000):
         x = rng.random(n)
@@ -65,7 +67,9 @@ def main() -> int:
         calls = max(args_calls(ns.calls, n), 10)
         t_tj = per_call_us(lambda: grad(x, out=g), calls)
         t_np = per_call_us(lambda: eam_grad_numpy(x, ref), calls)
-        print(f"{n:>7} {compile_ms:>11.1f} {err:>12.1e} {t_tj:>11.3f} {t_np:>9.3f} {t_np / t_tj:>8.1f}x")
+        print(
+            f"{n:>7} {compile_ms:>11.1f} {err:>12.1e} {t_tj:>11.3f} {t_np:>9.3f} {t_np / t_tj:>8.1f}x"
+        )
     print("gradient check:", "OK" if ok else "FAILED (relative error above 1e-12)")
     return 0 if ok else 1
 

@@ -45,7 +45,9 @@ def main() -> None:
             worst = max(worst, float(np.max(np.abs(out - hand_gradient(x)))))
     print(f"variants compiled for the guarded model: {len(grad.specialisations)}")
     for k, v in enumerate(grad.specialisations):
-        print(f"  variant {k}: " + ", ".join(f"{g['source']} -> {g['outcome']}" for g in v["guards"]))
+        print(
+            f"  variant {k}: " + ", ".join(f"{g['source']} -> {g['outcome']}" for g in v["guards"])
+        )
     print(f"variants for the tj.where model: {len(branch_free.specialisations)}")
     print(f"max abs error against the hand-derived gradient: {worst:.1e}")
     assert worst < 1e-12

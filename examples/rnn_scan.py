@@ -75,14 +75,22 @@ def main() -> int:
         seq = rng.normal(size=(T, D + 1))
         value, _ = grad.value_and_grad(p, seq, out=g)
         ref_value, ref = bptt(p, seq)
-        err = max(abs(value - ref_value) / abs(ref_value), np.max(np.abs(g - ref)) / np.max(np.abs(ref)))
+        err = max(
+            abs(value - ref_value) / abs(ref_value), np.max(np.abs(g - ref)) / np.max(np.abs(ref))
+        )
         ok &= err < 1e-10
         n = max(3, 20000 // T)
         t_tj = min(timeit.repeat(lambda: grad(p, seq, out=g), number=n, repeat=3)) / n * 1e6
-        t_np = min(timeit.repeat(lambda: bptt(p, seq), number=max(1, n // 20), repeat=3)) / max(1, n // 20) * 1e6
+        t_np = (
+            min(timeit.repeat(lambda: bptt(p, seq), number=max(1, n // 20), repeat=3))
+            / max(1, n // 20)
+            * 1e6
+        )
         print(f"{T:>6} {err:>12.1e} {t_tj:>11.2f} {t_np:>14.1f} {t_np / t_tj:>8.1f}x")
-    print(f"compiles: {len(grad.specialisations)} (one for every length up to "
-          f"{tj.api.DYNAMIC_CAPACITY})")
+    print(
+        f"compiles: {len(grad.specialisations)} (one for every length up to "
+        f"{tj.api.DYNAMIC_CAPACITY})"
+    )
     print("gradient check:", "OK" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -57,8 +57,12 @@ def object_cache(cache: bool | str | os.PathLike | ObjectCache = True) -> Object
             return None
         import platformdirs
 
-        return ObjectCache(os.environ.get("TAPEJIT_CACHE_DIR") or platformdirs.user_cache_dir("tapejit"))
+        return ObjectCache(
+            os.environ.get("TAPEJIT_CACHE_DIR") or platformdirs.user_cache_dir("tapejit")
+        )
     return ObjectCache(cache)
+
+
 _FAST = _fastcall.layout_ok()
 
 
@@ -133,6 +137,7 @@ class _Built:
         """The cache entry: object code, IR text, and a JSON description. A constant that is one
         of ``trace``'s captured arrays is stored as its index there (it is part of the key);
         only constants made by the passes are stored as data."""
+
         def where(a: np.ndarray) -> tuple:
             return a.__array_interface__["data"][0], a.shape, a.dtype.str
 
@@ -225,7 +230,9 @@ class GradientFunction(functools.partial):
         return functools.partial.__new__(cls, _not_built)
 
     def __reduce__(self):
-        raise TypeError("a GradientFunction holds native code and cannot be pickled; pickle f instead")
+        raise TypeError(
+            "a GradientFunction holds native code and cannot be pickled; pickle f instead"
+        )
 
     def __init__(
         self,
@@ -244,13 +251,18 @@ class GradientFunction(functools.partial):
         if not example_args:
             raise TypeError("compile() needs at least one example argument to specialise on")
         if on_guard_failure not in ("recompile", "raise"):
-            raise ValueError(f"on_guard_failure must be 'recompile' or 'raise', got {on_guard_failure!r}")
+            raise ValueError(
+                f"on_guard_failure must be 'recompile' or 'raise', got {on_guard_failure!r}"
+            )
         if not isinstance(max_specialisations, int) or max_specialisations < 1:
-            raise ValueError(f"max_specialisations must be an int >= 1, got {max_specialisations!r}")
+            raise ValueError(
+                f"max_specialisations must be an int >= 1, got {max_specialisations!r}"
+            )
         nums = _normalise_argnums(argnums, len(example_args))
         dyn = _normalise_dynamic(dynamic_argnums, nums, example_args)
-        self._dynamic = {i: (_capacity or {}).get(i) or _capacity_for(np.shape(example_args[i])[0])
-                         for i in dyn}
+        self._dynamic = {
+            i: (_capacity or {}).get(i) or _capacity_for(np.shape(example_args[i])[0]) for i in dyn
+        }
         self._dynamic_spec = dynamic_argnums
         t0 = time.perf_counter()
         trace = tracing.trace(f, example_args, nums, self._dynamic)
@@ -272,8 +284,15 @@ class GradientFunction(functools.partial):
                     self._promote(v)
                     return r
         cap = {i: _capacity_for(max(n, 2 * self._dynamic[i])) for i, n in need.items()}
-        v = GradientFunction(self.fn, args, self._argnums_spec, self._cache_spec, _owner=self,
-                             dynamic_argnums=self._dynamic_spec, _capacity=cap)
+        v = GradientFunction(
+            self.fn,
+            args,
+            self._argnums_spec,
+            self._cache_spec,
+            _owner=self,
+            dynamic_argnums=self._dynamic_spec,
+            _capacity=cap,
+        )
         self._compiles += 1
         self._variants.insert(0, v)
         del self._variants[self.max_specialisations :]
@@ -282,7 +301,10 @@ class GradientFunction(functools.partial):
 
     @classmethod
     def from_graph(
-        cls, trace: Graph, tuple_result: bool = True, cache: bool | str | os.PathLike | ObjectCache = False
+        cls,
+        trace: Graph,
+        tuple_result: bool = True,
+        cache: bool | str | os.PathLike | ObjectCache = False,
     ) -> "GradientFunction":
         """Compile a forward graph built directly with :mod:`tapejit.ops` (its active inputs are
         differentiated). Used by tests that sweep the op table."""
@@ -327,8 +349,14 @@ class GradientFunction(functools.partial):
                 if r is not None:
                     self._promote(v)
                     return r
-        v = GradientFunction(self.fn, args, self._argnums_spec, self._cache_spec, _owner=self,
-                             dynamic_argnums=self._dynamic_spec)
+        v = GradientFunction(
+            self.fn,
+            args,
+            self._argnums_spec,
+            self._cache_spec,
+            _owner=self,
+            dynamic_argnums=self._dynamic_spec,
+        )
         self._compiles += 1
         self._variants.insert(0, v)
         del self._variants[self.max_specialisations :]
@@ -353,7 +381,12 @@ class GradientFunction(functools.partial):
         functools.partial.__setstate__(self, (v._entry, (), {}, self.__dict__))
 
     def _build(
-        self, trace: Graph, f: Callable | None, tuple_result: bool, t_trace: float, cache: ObjectCache | None
+        self,
+        trace: Graph,
+        f: Callable | None,
+        tuple_result: bool,
+        t_trace: float,
+        cache: ObjectCache | None,
     ) -> None:
         """Compile ``trace`` (or load its machine code from ``cache``) and set up the calls.
 
@@ -393,9 +426,17 @@ class GradientFunction(functools.partial):
         prog = passes.plan(opt)
         t4 = time.perf_counter()
         self._stages.update(grad=joint, opt=opt, plan=prog)
-        return joint, opt, prog, pass_stats, {"autodiff": t2 - t1, "passes": t3 - t2, "plan": t4 - t3}
+        return (
+            joint,
+            opt,
+            prog,
+            pass_stats,
+            {"autodiff": t2 - t1, "passes": t3 - t2, "plan": t4 - t3},
+        )
 
-    def _compile(self, trace: Graph, tuple_result: bool, timings: dict, keep_object: bool) -> "_Built":
+    def _compile(
+        self, trace: Graph, tuple_result: bool, timings: dict, keep_object: bool
+    ) -> "_Built":
         """The whole pipeline after tracing: a :class:`_Built` with a live code library."""
         joint, opt, prog, pass_stats, front = self._front(trace)
         timings.update(front)
@@ -404,7 +445,9 @@ class GradientFunction(functools.partial):
         module = lower(prog, symbol)
         g = prog.graph
         runtime = [n for n, k in zip(g.inputs, g.kinds) if k != "const"]
-        consts = [np.ascontiguousarray(g.bindings[i]) for i, k in enumerate(g.kinds) if k == "const"]
+        consts = [
+            np.ascontiguousarray(g.bindings[i]) for i, k in enumerate(g.kinds) if k == "const"
+        ]
         if list(g.kinds[len(runtime) :]) != ["const"] * len(consts):
             raise AssertionError("graph inputs must list runtime arguments before constants")
         shapes = tuple(n.shape for n in runtime)
@@ -437,7 +480,9 @@ class GradientFunction(functools.partial):
         }
         return _Built(symbol, len(g.inputs), len(g.outputs), shapes, consts, stats, text, lib)
 
-    def _bind(self, built: "_Built", trace: Graph, tuple_result: bool, timings: dict, cache) -> None:
+    def _bind(
+        self, built: "_Built", trace: Graph, tuple_result: bool, timings: dict, cache
+    ) -> None:
         """Set up the native calls of ``built`` (pointers, workspaces, the fast path)."""
         symbol = built.symbol
         self._consts = built.consts
@@ -469,7 +514,9 @@ class GradientFunction(functools.partial):
         self._tls = _Workspace(workspace_bytes)
         n_ptrs = built.n_inputs + 1 + len(self._grad_shapes) + 1
         self._batch_native = (
-            None if self._dynamic else _entry.bind_batch(self._lib.address(symbol + "_batch"), n_ptrs)
+            None
+            if self._dynamic
+            else _entry.bind_batch(self._lib.address(symbol + "_batch"), n_ptrs)
         )
         self._batch_workspaces: list[_Buffers] = []
         # The last fully validated call with out=: (args, outs, pointers). A repeat call with the
@@ -517,7 +564,12 @@ class GradientFunction(functools.partial):
     def _arg_pointer(self, i: int, a: Any):
         shape = self._shapes[i]
         if i in self._dynamic:  # any number of rows up to the capacity (checked by _call)
-            if type(a) is not np.ndarray or a.ndim != len(shape) or a.shape[1:] != shape[1:] or not a.shape[0]:
+            if (
+                type(a) is not np.ndarray
+                or a.ndim != len(shape)
+                or a.shape[1:] != shape[1:]
+                or not a.shape[0]
+            ):
                 got = a.shape if isinstance(a, np.ndarray) else type(a).__name__
                 raise ValueError(
                     f"{self.name}: argument {i} must have shape (n, {_dims(shape[1:])}) with "
@@ -547,7 +599,9 @@ class GradientFunction(functools.partial):
                         )
                 return _ffi.from_buffer(converted)
             if a.shape != shape:
-                raise ValueError(f"{self.name}: argument {i} must have shape {shape}, got {a.shape}")
+                raise ValueError(
+                    f"{self.name}: argument {i} must have shape {shape}, got {a.shape}"
+                )
             if not a.flags.c_contiguous:
                 raise ValueError(
                     f"{self.name}: argument {i} must be C-contiguous; pass np.ascontiguousarray(x)"
@@ -555,7 +609,9 @@ class GradientFunction(functools.partial):
             if not a.flags.aligned:  # generated code assumes 8-byte aligned doubles
                 a = a.copy()
             return _ffi.from_buffer(a, require_writable=False)
-        if isinstance(a, (float, int, np.floating, np.integer)) and not isinstance(a, (bool, np.bool_)):
+        if isinstance(a, (float, int, np.floating, np.integer)) and not isinstance(
+            a, (bool, np.bool_)
+        ):
             if shape != ():
                 raise ValueError(
                     f"{self.name}: argument {i} must be an array of shape {shape}, got a scalar"
@@ -597,7 +653,8 @@ class GradientFunction(functools.partial):
         ]
         if problems:
             raise ValueError(
-                f"{what} must be a writeable, aligned, C-contiguous array; " + ", and ".join(problems)
+                f"{what} must be a writeable, aligned, C-contiguous array; "
+                + ", and ".join(problems)
             )
         for i, a in enumerate(args):
             if type(a) is np.ndarray and np.may_share_memory(a, o):
@@ -707,7 +764,9 @@ class GradientFunction(functools.partial):
     def workspace_bytes(self) -> int:
         return self.stats["workspace_bytes"]
 
-    def batch(self, *args: Any, out: Any = None, values: np.ndarray | None = None, threads: int = 1) -> Any:
+    def batch(
+        self, *args: Any, out: Any = None, values: np.ndarray | None = None, threads: int = 1
+    ) -> Any:
         """The gradient at every row of a batch, in one native call per thread.
 
         Each runtime argument gets a leading batch axis: shape ``(m, *shape_i)`` (a scalar
@@ -740,12 +799,20 @@ class GradientFunction(functools.partial):
         for i, (a, shape) in enumerate(zip(args, self._shapes)):
             what = f"{self.name}.batch: argument {i}"
             if not isinstance(a, np.ndarray):
-                raise TypeError(f"{what} must be a float64 array of shape (m, {_dims(shape)}), got {type(a).__name__}")
+                raise TypeError(
+                    f"{what} must be a float64 array of shape (m, {_dims(shape)}), got {type(a).__name__}"
+                )
             if a.dtype != _F64:
                 if a.dtype == np.bool_ or not np.can_cast(a.dtype, _F64, "safe"):
-                    raise TypeError(f"{what} must be float64 (or convert to it exactly), got dtype {a.dtype}")
+                    raise TypeError(
+                        f"{what} must be float64 (or convert to it exactly), got dtype {a.dtype}"
+                    )
                 a = a.astype(_F64)
-            if a.ndim != len(shape) + 1 or a.shape[1:] != shape or (m is not None and a.shape[0] != m):
+            if (
+                a.ndim != len(shape) + 1
+                or a.shape[1:] != shape
+                or (m is not None and a.shape[0] != m)
+            ):
                 expected = f"({'m' if m is None else m}, {_dims(shape)})"
                 raise ValueError(f"{what} must have shape {expected}, got {a.shape}")
             if not a.flags.c_contiguous:
@@ -757,7 +824,9 @@ class GradientFunction(functools.partial):
         else:
             outs = out if self._tuple_result else (out,)
             if not isinstance(outs, tuple) or len(outs) != len(self._grad_shapes):
-                raise TypeError(f"{self.name}.batch: out must be a tuple of {len(self._grad_shapes)} arrays")
+                raise TypeError(
+                    f"{self.name}.batch: out must be a tuple of {len(self._grad_shapes)} arrays"
+                )
         out_ptrs = []
         for k, (o, s) in enumerate(zip(outs, self._grad_shapes)):
             what = f"{self.name}.batch: out" + (f"[{k}]" if self._tuple_result else "")
@@ -792,7 +861,9 @@ class GradientFunction(functools.partial):
             w.join()
         if any(status):
             if not all(0 <= st <= len(self._guards) for st in status):
-                raise RuntimeError(f"{self.name}.batch: native gradient returned status {max(status)}")
+                raise RuntimeError(
+                    f"{self.name}.batch: native gradient returned status {max(status)}"
+                )
             # Some row takes another path than this variant was traced for: answer row by row
             # through the dispatcher, which picks or compiles the right variant for each.
             for r in range(m):
@@ -811,12 +882,16 @@ class GradientFunction(functools.partial):
 _fastcall.inherit_vectorcall(GradientFunction)
 
 
-def _normalise_dynamic(dynamic: int | Sequence[int], argnums: tuple[int, ...], args) -> tuple[int, ...]:
+def _normalise_dynamic(
+    dynamic: int | Sequence[int], argnums: tuple[int, ...], args
+) -> tuple[int, ...]:
     dyn = (dynamic,) if isinstance(dynamic, int) else tuple(dynamic)
     out = []
     for d in dyn:
         if not isinstance(d, int) or not -len(args) <= d < len(args):
-            raise ValueError(f"dynamic_argnums entry {d!r} is not a valid index for {len(args)} arguments")
+            raise ValueError(
+                f"dynamic_argnums entry {d!r} is not a valid index for {len(args)} arguments"
+            )
         d %= len(args)
         if d in argnums:
             raise ValueError(
@@ -879,8 +954,15 @@ def compile(
     traced (unsupported numpy function, a non-scalar result, ambiguous truth value of an array),
     naming the file and line.
     """
-    return GradientFunction(f, example_args, argnums, cache, on_guard_failure, max_specialisations,
-                            dynamic_argnums=dynamic_argnums)
+    return GradientFunction(
+        f,
+        example_args,
+        argnums,
+        cache,
+        on_guard_failure,
+        max_specialisations,
+        dynamic_argnums=dynamic_argnums,
+    )
 
 
 class _Lazy:

@@ -98,8 +98,15 @@ def _sweep(nodes: list[Node], varied: set[int], seeds: dict[int, list]) -> dict[
     return contribs
 
 
-def loop_vjp(body: Graph, n_carry: int, n_xs: int, wrt_xs: tuple[bool, ...],
-             wrt_params: tuple[bool, ...], checkpoint: bool, prefix: str) -> tuple[Graph, ops.LoopVJP]:
+def loop_vjp(
+    body: Graph,
+    n_carry: int,
+    n_xs: int,
+    wrt_xs: tuple[bool, ...],
+    wrt_params: tuple[bool, ...],
+    checkpoint: bool,
+    prefix: str,
+) -> tuple[Graph, ops.LoopVJP]:
     """Split a loop body for reverse mode: ``(forward body with residual outputs, LoopVJP)``.
 
     ``body`` has inputs ``(i, carry..., x_t..., param...)`` and outputs ``(carry'..., y_t...)``.
@@ -119,8 +126,11 @@ def loop_vjp(body: Graph, n_carry: int, n_xs: int, wrt_xs: tuple[bool, ...],
     i_in, carries = ins[0], ins[1 : 1 + n_carry]
     xs, params = ins[1 + n_carry : 1 + n_carry + n_xs], ins[1 + n_carry + n_xs :]
     outs = body.outputs
-    n_ys = len(outs) - n_carry
-    wrt = list(carries) + [x for x, w in zip(xs, wrt_xs) if w] + [p for p, w in zip(params, wrt_params) if w]
+    wrt = (
+        list(carries)
+        + [x for x, w in zip(xs, wrt_xs) if w]
+        + [p for p, w in zip(params, wrt_params) if w]
+    )
     varied = {id(n) for n in wrt}
     nodes = body.nodes
     for n in nodes:
@@ -137,7 +147,9 @@ def loop_vjp(body: Graph, n_carry: int, n_xs: int, wrt_xs: tuple[bool, ...],
         if id(o) in varied:
             seeds.setdefault(id(o), []).append(ct)
     contribs = _sweep(nodes, varied, seeds)
-    acc_in = [new_input(0, f"acc{k}", p.type) for k, (p, w) in enumerate(zip(params, wrt_params)) if w]
+    acc_in = [
+        new_input(0, f"acc{k}", p.type) for k, (p, w) in enumerate(zip(params, wrt_params)) if w
+    ]
     ct_carry = [_total(contribs.get(id(c), []), c) for c in carries]
     ct_params = [_total(contribs.get(id(p), []), p) for p, w in zip(params, wrt_params) if w]
     ct_acc = [ops.add(a, c) for a, c in zip(acc_in, ct_params)]
@@ -210,4 +222,6 @@ def loop_vjp(body: Graph, n_carry: int, n_xs: int, wrt_xs: tuple[bool, ...],
         raise AssertionError("a carry reached the backward body without being stored")
     bgraph = Graph(f"{body.name}.vjp", tuple(b_inputs), ("inactive",) * len(b_inputs), b_body)
     fwd = body.replace(outputs=outs + tuple(residuals))
-    return verify(fwd), ops.LoopVJP(verify(bgraph), len(residuals), tuple(wrt_xs), tuple(wrt_params))
+    return verify(fwd), ops.LoopVJP(
+        verify(bgraph), len(residuals), tuple(wrt_xs), tuple(wrt_params)
+    )

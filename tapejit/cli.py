@@ -78,7 +78,9 @@ def _cache(action: str) -> int:
         return 0
     if action == "info":
         info = cache.info()
-        print(f"directory: {info['directory']}\nentries:   {info['entries']}\nbytes:     {info['bytes']}")
+        print(
+            f"directory: {info['directory']}\nentries:   {info['entries']}\nbytes:     {info['bytes']}"
+        )
     else:
         print(f"removed {cache.clear()} entries from {cache.directory}")
     return 0
@@ -95,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         c = sub.add_parser(name, help=help)
         c.add_argument("target", help="FILE.py:FUNC")
         c.add_argument("--arg", action="append", default=[], help="argument spec, e.g. 'f64[100]'")
-        c.add_argument("--argnums", type=int, nargs="*", help="arguments to differentiate (default 0)")
+        c.add_argument(
+            "--argnums", type=int, nargs="*", help="arguments to differentiate (default 0)"
+        )
         if name == "dump":
             c.add_argument("--stage", choices=STAGES, default="grad")
     ns = p.parse_args(argv)

@@ -113,8 +113,15 @@ def fori_loop(lower: int, upper: int, body: Callable, init: Any) -> Any:
         return carry
     if hi <= lo:
         return init
-    carry, _ = _loop(lambda i, c, xs: (body(i, c), None), init, [], hi - lo, start=lo,
-                     checkpointed=_is_checkpointed(body), name="fori_loop")
+    carry, _ = _loop(
+        lambda i, c, xs: (body(i, c), None),
+        init,
+        [],
+        hi - lo,
+        start=lo,
+        checkpointed=_is_checkpointed(body),
+        name="fori_loop",
+    )
     return carry
 
 
@@ -159,20 +166,24 @@ def _dynamic_scan(f, init, x_leaves, x_struct, lengths) -> tuple[Any, Any]:
     """A scan over arguments with a dynamic length: as many iterations as the call's length
     (the traced bound is the argument's capacity); no stacked ys, whose length is unknown."""
     if any(d is None or d.node is not lengths[0].node for d in lengths):
-        raise _fail("scan: xs with a dynamic length must all be the same dynamic argument(s) "
-                    "of one length")
+        raise _fail(
+            "scan: xs with a dynamic length must all be the same dynamic argument(s) of one length"
+        )
     n = x_leaves[0].node.shape[0]
 
     def step(i, c, x_t):
         carry, y = f(c, _unflatten(x_struct, x_t))
         if y is not None:
-            raise _fail("scan over a dynamic length: the body must return (carry, None); "
-                        "ys would have a length unknown when compiling, so accumulate what you "
-                        "need in the carry")
+            raise _fail(
+                "scan over a dynamic length: the body must return (carry, None); "
+                "ys would have a length unknown when compiling, so accumulate what you "
+                "need in the carry"
+            )
         return carry, None
 
-    carry, _ = _loop(step, init, x_leaves, n, checkpointed=_is_checkpointed(f), name="scan",
-                     steps=lengths[0])
+    carry, _ = _loop(
+        step, init, x_leaves, n, checkpointed=_is_checkpointed(f), name="scan", steps=lengths[0]
+    )
     return carry, None
 
 
@@ -196,8 +207,15 @@ def while_loop(cond: Callable, body: Callable, init: Any, *, max_steps: int) -> 
         return carry
     if steps == 0:
         return init
-    carry, _ = _loop(lambda i, c, xs: (body(c), None), init, [], steps, cond=cond,
-                     checkpointed=_is_checkpointed(body), name="while_loop")
+    carry, _ = _loop(
+        lambda i, c, xs: (body(c), None),
+        init,
+        [],
+        steps,
+        cond=cond,
+        checkpointed=_is_checkpointed(body),
+        name="while_loop",
+    )
     return carry
 
 
@@ -210,8 +228,9 @@ def _stack_python(ys: list, n: int) -> Any:
         return None
     leaves = [_flatten(y)[0] for y in ys]
     structure = _flatten(ys[0])[1]
-    return _unflatten(structure, [np.stack([np.asarray(ls[k]) for ls in leaves])
-                                  for k in range(len(leaves[0]))])
+    return _unflatten(
+        structure, [np.stack([np.asarray(ls[k]) for ls in leaves]) for k in range(len(leaves[0]))]
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -260,9 +279,19 @@ def _finish(st: BodyTrace, outputs: list[Node], params: list[Tracer], name: str)
     return Graph(name, tuple(inputs), ("inactive",) * len(inputs), outs)
 
 
-def _loop(step: Callable, init: Any, xs: list, n: int, *, start: int = 0, cond: Callable | None = None,
-          checkpointed: bool = False, name: str, ys: bool = False,
-          steps: Tracer | None = None) -> tuple[Any, Any]:
+def _loop(
+    step: Callable,
+    init: Any,
+    xs: list,
+    n: int,
+    *,
+    start: int = 0,
+    cond: Callable | None = None,
+    checkpointed: bool = False,
+    name: str,
+    ys: bool = False,
+    steps: Tracer | None = None,
+) -> tuple[Any, Any]:
     """Trace ``step(i, carry, [x_t...]) -> (carry, y)`` into a loop node of ``n`` iterations
     (the bound when ``cond`` is given) and return the traced ``(carry, ys)``."""
     outer = tracing._state()
@@ -278,8 +307,10 @@ def _loop(step: Callable, init: Any, xs: list, n: int, *, start: int = 0, cond: 
     body_st = BodyTrace(outer, f"l{depth}")
     i_t = body_st.add_fixed(Type(()), "i", np.float64(start))
     c_ts = [body_st.add_fixed(c.node.type, f"c{k}", c.value) for k, c in enumerate(carries)]
-    xt_ts = [body_st.add_fixed(Type(x.node.shape[1:]), f"x{k}", np.asarray(x.value)[0])
-             for k, x in enumerate(x_ts)]
+    xt_ts = [
+        body_st.add_fixed(Type(x.node.shape[1:]), f"x{k}", np.asarray(x.value)[0])
+        for k, x in enumerate(x_ts)
+    ]
     result = _trace_body(body_st, step, (i_t, _unflatten(c_struct, c_ts), xt_ts))
     new_carry, y = result
     nc_leaves, nc_struct = _flatten(new_carry)
@@ -329,20 +360,25 @@ def _loop(step: Callable, init: Any, xs: list, n: int, *, start: int = 0, cond: 
 
     n_carry, n_xs = len(carries), len(x_ts)
     # loop-invariant code motion: values of the body that depend only on params, computed once
-    body, nodes = ops.hoist_invariants(body, 1 + n_carry + n_xs, [p.node for p in params], f"h{depth}")
+    body, nodes = ops.hoist_invariants(
+        body, 1 + n_carry + n_xs, [p.node for p in params], f"h{depth}"
+    )
     for extra in nodes[len(params) :]:
         params.append(tracing._wrap(extra))
     if cgraph is not None and len(cgraph.inputs) < n_carry + len(params):
-        cgraph = ops.extend_inputs(cgraph, [p.node.type for p in params[len(cgraph.inputs) - n_carry :]],
-                                   f"h{depth}")
+        cgraph = ops.extend_inputs(
+            cgraph, [p.node.type for p in params[len(cgraph.inputs) - n_carry :]], f"h{depth}"
+        )
     vjp = None
     if any(outer.differentiable(t.node) for t in carries + x_ts + params):
         wrt_xs = tuple(outer.differentiable(x.node) for x in x_ts)
         wrt_params = tuple(outer.differentiable(p.node) for p in params)
-        body, vjp = autodiff.loop_vjp(body, n_carry, n_xs, wrt_xs, wrt_params, checkpointed,
-                                      prefix=f"b{depth}")
-    spec = ops.LoopSpec(body, n_carry, n_xs, n, cond=cgraph, start=start, vjp=vjp,
-                        dynamic=steps is not None)
+        body, vjp = autodiff.loop_vjp(
+            body, n_carry, n_xs, wrt_xs, wrt_params, checkpointed, prefix=f"b{depth}"
+        )
+    spec = ops.LoopSpec(
+        body, n_carry, n_xs, n, cond=cgraph, start=start, vjp=vjp, dynamic=steps is not None
+    )
     lead = [steps] if steps is not None else []
     make = lambda *ns: ops.make("loop", *ns, attrs=(spec,))  # noqa: E731
     args = lead + carries + x_ts + params

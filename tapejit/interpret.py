@@ -73,7 +73,9 @@ def run_program(prog: Program, args: Sequence[Any]) -> list[np.ndarray]:
         if s.kind == "arg":
             return env[id(g.inputs[s.index])]
         if s.kind == "out":
-            return outs[s.index].reshape(-1)[: n.type.size].view(NUMPY_DTYPE[n.dtype]).reshape(n.shape)
+            return (
+                outs[s.index].reshape(-1)[: n.type.size].view(NUMPY_DTYPE[n.dtype]).reshape(n.shape)
+            )
         dt = np.dtype(NUMPY_DTYPE[n.dtype])
         return ws[s.index : s.index + n.type.nbytes].view(dt).reshape(n.shape)
 
@@ -140,7 +142,12 @@ def _run_loop(prog: Program, k, env, view, read) -> None:
             if id(n) in gathers or (n.op in ("broadcast_to", "reshape") and n.args[0].shape == ()):
                 continue
             for a in n.args:
-                if a.shape != () and id(a) not in members and a.op != "const" and id(a) not in local:
+                if (
+                    a.shape != ()
+                    and id(a) not in members
+                    and a.op != "const"
+                    and id(a) not in local
+                ):
                     local[id(a)] = view(a).reshape(-1)[flat].copy()
         for n in k.body:
             if n.op == "const":
@@ -150,7 +157,11 @@ def _run_loop(prog: Program, k, env, view, read) -> None:
             elif id(n) in gathers:
                 v = np.asarray(ops.OPS[n.op].ref(n.attrs, view(n.args[0])))[idx]
             elif id(n) in acc:
-                x = local[id(n.args[0])] if id(n.args[0]) in local else read(n.args[0], {}).reshape(-1)[flat]
+                x = (
+                    local[id(n.args[0])]
+                    if id(n.args[0]) in local
+                    else read(n.args[0], {}).reshape(-1)[flat]
+                )
                 acc[id(n)] = acc[id(n)] + x if n.op == "reduce_sum" else np.maximum(acc[id(n)], x)
                 continue
             else:

@@ -385,19 +385,25 @@ class Program:
     def __str__(self) -> str:
         names: dict[int, str] = {}
         text = format_graph(self.graph, names)
-        lines = [f"program {self.graph.name}: {sum(k.is_loop for k in self.kernels)} loop kernels,"
-                 f" workspace {self.workspace_bytes} bytes"]
+        lines = [
+            f"program {self.graph.name}: {sum(k.is_loop for k in self.kernels)} loop kernels,"
+            f" workspace {self.workspace_bytes} bytes"
+        ]
 
         def where(n: Node) -> str:
             s = self.slots.get(id(n))
             if s is None:
                 return ""
-            return " -> " + {
-                "arg": f"arg[{s.index}]",
-                "out": f"out[{s.index}]",
-                "ws": f"ws+{s.index}",
-                "alias": f"alias of {names.get(id(s.of), '?')}" + (f"+{s.index}" if s.index else ""),
-            }[s.kind]
+            return (
+                " -> "
+                + {
+                    "arg": f"arg[{s.index}]",
+                    "out": f"out[{s.index}]",
+                    "ws": f"ws+{s.index}",
+                    "alias": f"alias of {names.get(id(s.of), '?')}"
+                    + (f"+{s.index}" if s.index else ""),
+                }[s.kind]
+            )
 
         for j, k in enumerate(self.kernels):
             lines.append(f"  kernel {j}:")
@@ -409,14 +415,18 @@ class Program:
                 for n in k.body:
                     lines.append(f"      {names[id(n)]} = {n.op} {str(n.type)}{where(n)}")
             if k.op is not None:
-                lines.append(f"    {names[id(k.op)]} = {k.op.op} {str(k.op.type)}{where(k.op)} (own loop nest)")
+                lines.append(
+                    f"    {names[id(k.op)]} = {k.op.op} {str(k.op.type)}{where(k.op)} (own loop nest)"
+                )
         for i, n in self.copies:
             lines.append(f"  copy {names[id(n)]} -> out[{i}]")
         for n in self.graph.nodes:
             lp = self.loops.get(id(n))
             if lp is not None:
                 sub = str(lp.body).replace("\n", "\n    ")
-                lines.append(f"  body of {names[id(n)]} (scratch at ws+{lp.carry_b[0] if lp.carry_b else lp.body_ws}):\n    {sub}")
+                lines.append(
+                    f"  body of {names[id(n)]} (scratch at ws+{lp.carry_b[0] if lp.carry_b else lp.body_ws}):\n    {sub}"
+                )
                 if lp.cond is not None:
                     sub = str(lp.cond).replace("\n", "\n    ")
                     lines.append(f"  condition of {names[id(n)]}:\n    {sub}")

@@ -534,8 +534,13 @@ class LoopSpec:
     def __repr__(self) -> str:
         # deterministic and unique per body (CSE keys, kernel keys and the cache key print it)
         if not self._repr:
+
             def digest(g):
-                return "-" if g is None else hashlib.sha256(ir.format_graph(g).encode()).hexdigest()[:16]
+                return (
+                    "-"
+                    if g is None
+                    else hashlib.sha256(ir.format_graph(g).encode()).hexdigest()[:16]
+                )
 
             vjp = "-" if self.vjp is None else f"{digest(self.vjp.body)}/{self.vjp.n_residuals}"
             self._repr.append(
@@ -581,8 +586,9 @@ def loop_layout(spec: LoopSpec) -> LoopLayout:
 _FREE = ("reshape",)
 
 
-def hoist_invariants(body: ir.Graph, n_fixed: int, params: list[Node], prefix: str
-                     ) -> tuple[ir.Graph, list[Node]]:
+def hoist_invariants(
+    body: ir.Graph, n_fixed: int, params: list[Node], prefix: str
+) -> tuple[ir.Graph, list[Node]]:
     """Loop-invariant code motion for a loop body.
 
     ``body``'s inputs are ``n_fixed`` per-iteration inputs followed by one input per node of
@@ -595,7 +601,9 @@ def hoist_invariants(body: ir.Graph, n_fixed: int, params: list[Node], prefix: s
     invariant = {id(p) for p in pin}
     nodes = body.nodes
     for n in nodes:
-        if n.op == "const" or (n.op != "input" and n.args and all(id(a) in invariant for a in n.args)):
+        if n.op == "const" or (
+            n.op != "input" and n.args and all(id(a) in invariant for a in n.args)
+        ):
             invariant.add(id(n))
     frontier: list[Node] = []
     seen: set[int] = set()
@@ -617,7 +625,9 @@ def hoist_invariants(body: ir.Graph, n_fixed: int, params: list[Node], prefix: s
         return body, list(params)
     outer = ir.substitute(tuple(frontier), {id(p): q for p, q in zip(pin, params)})
     start = len(body.inputs)
-    new_in = [Node("input", (), (start + k, f"{prefix}h{k}"), n.type) for k, n in enumerate(frontier)]
+    new_in = [
+        Node("input", (), (start + k, f"{prefix}h{k}"), n.type) for k, n in enumerate(frontier)
+    ]
     outs = ir.substitute(body.outputs, {id(n): m for n, m in zip(frontier, new_in)})
     inputs = body.inputs + tuple(new_in)
     g = ir.Graph(body.name, inputs, ("inactive",) * len(inputs), outs)
@@ -666,8 +676,10 @@ def eval_graph(g: ir.Graph, values: list) -> list:
             if n.op == "const":
                 env[id(n)] = np.full(n.shape, n.attrs[0], dtype=ir.NUMPY_DTYPE[n.dtype])
             else:
-                env[id(n)] = np.asarray(OPS[n.op].ref(n.attrs, *(env[id(a)] for a in n.args)),
-                                        dtype=ir.NUMPY_DTYPE[n.dtype])
+                env[id(n)] = np.asarray(
+                    OPS[n.op].ref(n.attrs, *(env[id(a)] for a in n.args)),
+                    dtype=ir.NUMPY_DTYPE[n.dtype],
+                )
     return [env[id(o)] for o in g.outputs]
 
 
@@ -686,8 +698,10 @@ def _loop_ref(attrs, *args):
     for t in reversed(range(steps)) if spec.reverse else range(steps):
         if spec.cond is not None and not bool(eval_graph(spec.cond, carries + params)[0]):
             break
-        res = eval_graph(spec.body, [np.float64(spec.start + t), *carries,
-                                     *(np.asarray(x)[t] for x in xs), *params])
+        res = eval_graph(
+            spec.body,
+            [np.float64(spec.start + t), *carries, *(np.asarray(x)[t] for x in xs), *params],
+        )
         carries = res[: spec.n_carry]
         for seg, y in zip(lay.ys, res[spec.n_carry :]):
             size = seg.size // spec.max_steps
@@ -710,11 +724,12 @@ def _loop_vjp(g, out, *args):
     spec: LoopSpec = out.attrs[0]
     v = spec.vjp
     if v is None:
-        raise RuleError("op 'loop' has no VJP rule for this loop (a backward loop, or one built "
-                        "without differentiation)")
+        raise RuleError(
+            "op 'loop' has no VJP rule for this loop (a backward loop, or one built "
+            "without differentiation)"
+        )
     lay = loop_layout(spec)
     lead = 1 if spec.dynamic else 0
-    carries = args[lead : lead + spec.n_carry]
     xs = args[lead + spec.n_carry : lead + spec.n_carry + spec.n_xs]
     params = args[lead + spec.n_carry + spec.n_xs :]
     n_user = len(lay.ys) - v.n_residuals
@@ -726,8 +741,15 @@ def _loop_vjp(g, out, *args):
     n_acc = len(acc0)
     n_fixed = 1 + spec.n_carry + n_acc + len(res) + len(ct_y) + len(xs)
     bbody, bparams = hoist_invariants(v.body, n_fixed, list(params), "v")
-    bspec = LoopSpec(bbody, spec.n_carry + n_acc, len(res) + len(ct_y) + len(xs), spec.max_steps,
-                     start=spec.start, reverse=not spec.reverse, dynamic=True)
+    bspec = LoopSpec(
+        bbody,
+        spec.n_carry + n_acc,
+        len(res) + len(ct_y) + len(xs),
+        spec.max_steps,
+        start=spec.start,
+        reverse=not spec.reverse,
+        dynamic=True,
+    )
     bwd = make("loop", steps, *ct_c, *acc0, *res, *ct_y, *xs, *bparams, attrs=(bspec,))
     blay = loop_layout(bspec)
     ct_init = [segment(bwd, s) for s in blay.carries[: spec.n_carry]]

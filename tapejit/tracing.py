@@ -237,33 +237,87 @@ class Tracer:
         return (self[i] for i in range(self.shape[0]))
 
     # -- operators --------------------------------------------------------------------------
-    def __add__(self, o): return _binary("add", self, o)
-    def __radd__(self, o): return _binary("add", o, self)
-    def __sub__(self, o): return _binary("sub", self, o)
-    def __rsub__(self, o): return _binary("sub", o, self)
-    def __mul__(self, o): return _binary("mul", self, o)
-    def __rmul__(self, o): return _binary("mul", o, self)
-    def __truediv__(self, o): return _binary("div", self, o)
-    def __rtruediv__(self, o): return _binary("div", o, self)
-    def __pow__(self, o): return _power(self, o)
-    def __rpow__(self, o): return _power(o, self)
-    def __matmul__(self, o): return _matmul(self, o)
-    def __rmatmul__(self, o): return _matmul(o, self)
-    def __neg__(self): return _unary("neg", self)
-    def __pos__(self): return self
-    def __abs__(self): return _unary("abs", self)
-    def __lt__(self, o): return _binary("lt", self, o)
-    def __le__(self, o): return _binary("le", self, o)
-    def __gt__(self, o): return _binary("gt", self, o)
-    def __ge__(self, o): return _binary("ge", self, o)
-    def __eq__(self, o): return _binary("eq", self, o)  # type: ignore[override]
-    def __ne__(self, o): return _binary("ne", self, o)  # type: ignore[override]
-    def __and__(self, o): return _binary("and", self, o)
-    def __rand__(self, o): return _binary("and", o, self)
-    def __or__(self, o): return _binary("or", self, o)
-    def __ror__(self, o): return _binary("or", o, self)
-    def __invert__(self): return _unary("not", self)
-    def __getitem__(self, key): return _getitem(self, key)
+    def __add__(self, o):
+        return _binary("add", self, o)
+
+    def __radd__(self, o):
+        return _binary("add", o, self)
+
+    def __sub__(self, o):
+        return _binary("sub", self, o)
+
+    def __rsub__(self, o):
+        return _binary("sub", o, self)
+
+    def __mul__(self, o):
+        return _binary("mul", self, o)
+
+    def __rmul__(self, o):
+        return _binary("mul", o, self)
+
+    def __truediv__(self, o):
+        return _binary("div", self, o)
+
+    def __rtruediv__(self, o):
+        return _binary("div", o, self)
+
+    def __pow__(self, o):
+        return _power(self, o)
+
+    def __rpow__(self, o):
+        return _power(o, self)
+
+    def __matmul__(self, o):
+        return _matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return _matmul(o, self)
+
+    def __neg__(self):
+        return _unary("neg", self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _unary("abs", self)
+
+    def __lt__(self, o):
+        return _binary("lt", self, o)
+
+    def __le__(self, o):
+        return _binary("le", self, o)
+
+    def __gt__(self, o):
+        return _binary("gt", self, o)
+
+    def __ge__(self, o):
+        return _binary("ge", self, o)
+
+    def __eq__(self, o):
+        return _binary("eq", self, o)  # type: ignore[override]
+
+    def __ne__(self, o):
+        return _binary("ne", self, o)  # type: ignore[override]
+
+    def __and__(self, o):
+        return _binary("and", self, o)
+
+    def __rand__(self, o):
+        return _binary("and", o, self)
+
+    def __or__(self, o):
+        return _binary("or", self, o)
+
+    def __ror__(self, o):
+        return _binary("or", o, self)
+
+    def __invert__(self):
+        return _unary("not", self)
+
+    def __getitem__(self, key):
+        return _getitem(self, key)
+
     __hash__ = None  # type: ignore[assignment]
 
     def __getattr__(self, name):
@@ -316,8 +370,16 @@ class Tracer:
         if not np.isfinite(raw):
             raise _fail(f"int() of a traced value that is {raw}")
         k = int(raw)  # truncation toward zero, as Python and numpy
-        lo = ops.make("gt", x, ops.const(k - 1.0)) if k <= 0 else ops.make("ge", x, ops.const(float(k)))
-        hi = ops.make("lt", x, ops.const(k + 1.0)) if k >= 0 else ops.make("le", x, ops.const(float(k)))
+        lo = (
+            ops.make("gt", x, ops.const(k - 1.0))
+            if k <= 0
+            else ops.make("ge", x, ops.const(float(k)))
+        )
+        hi = (
+            ops.make("lt", x, ops.const(k + 1.0))
+            if k >= 0
+            else ops.make("le", x, ops.const(float(k)))
+        )
         _guard(ops.make("and", lo, hi), True)
         return k
 
@@ -333,7 +395,8 @@ class Tracer:
         _guard(ops.make("eq", x, ops.const(float(k))), True)
         return k
 
-    def __complex__(self): self._control_flow("complex()")
+    def __complex__(self):
+        self._control_flow("complex()")
 
     def __array__(self, dtype=None, copy=None):
         raise _fail(
@@ -342,18 +405,40 @@ class Tracer:
         )
 
     # -- methods ----------------------------------------------------------------------------
-    def sum(self, axis=None, keepdims=False): return _reduce("reduce_sum", self, axis, keepdims)
-    def max(self, axis=None, keepdims=False): return _reduce("reduce_max", self, axis, keepdims)
-    def min(self, axis=None, keepdims=False): return -_reduce("reduce_max", -self, axis, keepdims)
-    def mean(self, axis=None, keepdims=False): return _mean(self, axis, keepdims)
-    def dot(self, o): return _matmul(self, o)
-    def reshape(self, *shape): return _reshape(self, shape[0] if len(shape) == 1 else shape)
-    def ravel(self): return _reshape(self, (-1,))
+    def sum(self, axis=None, keepdims=False):
+        return _reduce("reduce_sum", self, axis, keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return _reduce("reduce_max", self, axis, keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return -_reduce("reduce_max", -self, axis, keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return _mean(self, axis, keepdims)
+
+    def dot(self, o):
+        return _matmul(self, o)
+
+    def reshape(self, *shape):
+        return _reshape(self, shape[0] if len(shape) == 1 else shape)
+
+    def ravel(self):
+        return _reshape(self, (-1,))
+
     flatten = ravel
-    def transpose(self, *axes): return _transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
-    def astype(self, dtype): return _astype(self, dtype)
-    def item(self): return self.__float__() if self.node.dtype == "f64" else self.__bool__()
-    def tolist(self): self._control_flow("tolist()")
+
+    def transpose(self, *axes):
+        return _transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
+
+    def astype(self, dtype):
+        return _astype(self, dtype)
+
+    def item(self):
+        return self.__float__() if self.node.dtype == "f64" else self.__bool__()
+
+    def tolist(self):
+        self._control_flow("tolist()")
 
     # -- numpy protocols --------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -707,8 +792,9 @@ def _check_static(t: "Tracer") -> None:
         )
 
 
-def trace(f: Callable, args: Sequence[Any], argnums: Sequence[int],
-          dynamic: dict[int, int] | None = None) -> Graph:
+def trace(
+    f: Callable, args: Sequence[Any], argnums: Sequence[int], dynamic: dict[int, int] | None = None
+) -> Graph:
     """Trace ``f(*args)`` into a graph whose inputs are ``args`` (active where in ``argnums``)
     followed by the arrays ``f`` captured (const inputs, snapshotted now).
 
@@ -764,7 +850,12 @@ def trace(f: Callable, args: Sequence[Any], argnums: Sequence[int],
         )
     return ir.verify(
         Graph(
-            name, tuple(st.inputs), tuple(st.kinds), (out.node,), st.bindings, ("value",),
+            name,
+            tuple(st.inputs),
+            tuple(st.kinds),
+            (out.node,),
+            st.bindings,
+            ("value",),
             guards=tuple(st.guards),
         )
     )

@@ -69,7 +69,9 @@ def _foreign(path):
 
 def _other_key(path):
     # a valid entry of another module stored under this key's name
-    other = tj.compile(lambda x: np.sum(np.cos(x)), RNG.random(5), cache=ObjectCache(path.parent / "o"))
+    other = tj.compile(
+        lambda x: np.sum(np.cos(x)), RNG.random(5), cache=ObjectCache(path.parent / "o")
+    )
     (src,) = ObjectCache(path.parent / "o").entries()
     path.write_bytes(src.read_bytes())
     del other
@@ -126,14 +128,24 @@ def test_two_processes_compiling_at_once(tmp_path):
     script = tmp_path / "s.py"
     script.write_text(SCRIPT)
     procs = [
-        subprocess.Popen([sys.executable, str(script), str(tmp_path / f"g{i}.npy")], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path / f"g{i}.npy")],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for i in range(2)
     ]
     results = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), results
-    third = subprocess.run([sys.executable, str(script), str(tmp_path / "g2.npy")], env=env,
-                           capture_output=True, text=True, timeout=120)
+    third = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "g2.npy")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert third.stdout.strip() == "hit", third
     gs = [np.load(tmp_path / f"g{i}.npy") for i in range(3)]
     np.testing.assert_array_equal(gs[0], gs[1])
@@ -145,8 +157,13 @@ def test_two_processes_compiling_at_once(tmp_path):
 def test_cli_cache_info_and_clear(tmp_path):
     env = {**os.environ, "TAPEJIT_CACHE_DIR": str(tmp_path)}
     tj.compile(eam, RNG.random(5), cache=ObjectCache(tmp_path))
-    run = lambda *a: subprocess.run([sys.executable, "-m", "tapejit.cli", "cache", *a],  # noqa: E731
-                                    env=env, capture_output=True, text=True, timeout=60)
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "tapejit.cli", "cache", *a],  # noqa: E731
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     info = run("info")
     assert info.returncode == 0 and "entries:   1" in info.stdout and str(tmp_path) in info.stdout
     cleared = run("clear")

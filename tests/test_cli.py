@@ -28,7 +28,9 @@ SCRIPT = Path(sys.executable).with_name("tapejit")
 def run(*args: str, exe: list[str] | None = None) -> subprocess.CompletedProcess:
     """The CLI in a fresh process (inherits the test session's private TAPEJIT_CACHE_DIR)."""
     cmd = (exe or [sys.executable, "-m", "tapejit.cli"]) + list(args)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ))
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ)
+    )
 
 
 def assert_clean_failure(p: subprocess.CompletedProcess, *patterns: str) -> str:
@@ -105,8 +107,19 @@ def test_stats_prints_json():
 def test_two_arguments_with_argnums(tmp_path):
     src = tmp_path / "two.py"
     src.write_text("import numpy as np\n\ndef f(x, s):\n    return np.sum(np.sin(x) * s) + s * s\n")
-    p = run("dump", f"{src}:f", "--arg", "f64[3]", "--arg", "f64", "--argnums", "0", "1",
-            "--stage", "trace")
+    p = run(
+        "dump",
+        f"{src}:f",
+        "--arg",
+        "f64[3]",
+        "--arg",
+        "f64",
+        "--argnums",
+        "0",
+        "1",
+        "--stage",
+        "trace",
+    )
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("graph f(%x0: f64[3] active, %x1: f64[] active)")
 
@@ -130,8 +143,21 @@ def test_console_script_entry_point():
 def test_closed_stdout_is_not_a_traceback():
     """`tapejit dump ... | head -1`: the reader goes away before the CLI writes."""
     p = subprocess.Popen(
-        [sys.executable, "-m", "tapejit.cli", "dump", TARGET, "--arg", "f64[100]", "--stage", "asm"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "tapejit.cli",
+            "dump",
+            TARGET,
+            "--arg",
+            "f64[100]",
+            "--stage",
+            "asm",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
     )
     p.stdout.close()  # before the child has even imported numpy: its first write gets EPIPE
     err = p.stderr.read()
@@ -171,11 +197,16 @@ def test_bad_input(args, patterns):
 @pytest.mark.parametrize(
     "source,patterns",
     [
-        ("import numpy as np\ndef f(x):\n    return np.sum(np.sort(x))\n",
-         [r"TracingError", r"\.py:3 in f\(\)", r"numpy\.sort"]),
+        (
+            "import numpy as np\ndef f(x):\n    return np.sum(np.sort(x))\n",
+            [r"TracingError", r"\.py:3 in f\(\)", r"numpy\.sort"],
+        ),
         ("def f(x):\n    return x * 2.0\n", [r"TracingError", r"must return a scalar float"]),
         ("def f(x) = 1\n", [r"SyntaxError"]),
-        ("import no_such_module_for_tapejit\n", [r"ModuleNotFoundError", r"no_such_module_for_tapejit"]),
+        (
+            "import no_such_module_for_tapejit\n",
+            [r"ModuleNotFoundError", r"no_such_module_for_tapejit"],
+        ),
     ],
     ids=["unsupported numpy", "non-scalar result", "syntax error", "import error"],
 )

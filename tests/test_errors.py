@@ -280,7 +280,9 @@ def test_out_becoming_invalid_after_a_good_call_is_caught(g):
 
 
 # -- runtime: accepted conversions (documented: real dtypes that numpy.can_cast 'safe'ly) ---------
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.int16, np.int32, np.uint8, np.uint32])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float16, np.int8, np.int16, np.int32, np.uint8, np.uint32]
+)
 def test_exactly_convertible_dtypes_are_converted(g, dtype):
     x = (RNG.random(N) * 8).astype(dtype)  # int dtypes: small integers; all exact in float64
     ref = g(x.astype(np.float64))
@@ -443,16 +445,37 @@ def test_fortran_order_and_transposed_inputs(gm):
 @pytest.mark.parametrize(
     "make,exc,patterns",
     [
-        (lambda: (eam, RNG.random(3).astype(complex)), TypeError, [r"argument 0", r"float64", r"complex128"]),
-        (lambda: (eam, "abc"), TypeError, [r"argument 0", r"float64 array or a real number", r"got str"]),
-        (lambda: (eam, RNG.random(3).astype(object)), TypeError, [r"argument 0", r"float64", r"object"]),
+        (
+            lambda: (eam, RNG.random(3).astype(complex)),
+            TypeError,
+            [r"argument 0", r"float64", r"complex128"],
+        ),
+        (
+            lambda: (eam, "abc"),
+            TypeError,
+            [r"argument 0", r"float64 array or a real number", r"got str"],
+        ),
+        (
+            lambda: (eam, RNG.random(3).astype(object)),
+            TypeError,
+            [r"argument 0", r"float64", r"object"],
+        ),
         (lambda: (eam, np.ones(3, bool)), TypeError, [r"argument 0", r"float64", r"bool"]),
         (lambda: (eam, [1.0, 2.0]), TypeError, [r"argument 0", r"got list"]),
         (lambda: (vec_and_scalar, np.ones(3), 1j), TypeError, [r"argument 1", r"got complex"]),
         (lambda: (eam,), TypeError, [r"at least one example argument"]),
         (lambda: (3, np.ones(3)), TypeError, [r"needs a callable", r"got int"]),
     ],
-    ids=["complex", "str", "object", "bool", "list", "complex scalar", "no example", "not callable"],
+    ids=[
+        "complex",
+        "str",
+        "object",
+        "bool",
+        "list",
+        "complex scalar",
+        "no example",
+        "not callable",
+    ],
 )
 def test_compile_rejects_bad_examples(g, make, exc, patterns):
     with pytest.raises(exc) as ei:
@@ -469,7 +492,10 @@ def test_compile_rejects_bad_examples(g, make, exc, patterns):
         ({"argnums": -3}, r"argnums entry -3"),
         ({"argnums": ()}, r"argnums is empty"),
         ({"argnums": (0, -2)}, r"repeats an argument"),
-        ({"on_guard_failure": "ignore"}, r"on_guard_failure must be 'recompile' or 'raise', got 'ignore'"),
+        (
+            {"on_guard_failure": "ignore"},
+            r"on_guard_failure must be 'recompile' or 'raise', got 'ignore'",
+        ),
         ({"max_specialisations": 0}, r"max_specialisations must be an int >= 1, got 0"),
     ],
 )
@@ -528,7 +554,9 @@ def test_unguardable_control_flow_names_the_line_and_where(g, f):
     TracingError at the user's line that points to tapejit.where."""
     with pytest.raises(tj.TracingError) as ei:
         tj.compile(f, RNG.random(4), cache=False)
-    check_message(ei, [rf"{THIS_FILE}:{line_of(f, '# MARK')} in {f.__name__}\(\)", r"tapejit\.where"])
+    check_message(
+        ei, [rf"{THIS_FILE}:{line_of(f, '# MARK')} in {f.__name__}\(\)", r"tapejit\.where"]
+    )
     assert not tracing._current
     still_works(g)
 
@@ -554,7 +582,12 @@ def range_of_int_of_element(x):
 GUARDED = [
     (branch_on_element, [1.0, 2.0, 3.0], [-1.0, 2.0, 3.0], lambda x: 2 * x),
     (float_of_element, [1.0, 2.0, 3.0], [1.5, 2.0, 3.0], lambda x: x[0] * 2 * x),
-    (range_of_int_of_element, [2.5, 2.0, 3.0], [3.5, 2.0, 3.0], lambda x: np.array([0.0, 3.0, 0.0])),
+    (
+        range_of_int_of_element,
+        [2.5, 2.0, 3.0],
+        [3.5, 2.0, 3.0],
+        lambda x: np.array([0.0, 3.0, 0.0]),
+    ),
 ]
 
 
@@ -568,7 +601,9 @@ def test_guarded_control_flow_raise_names_the_line_and_where(f, x0, x1, grad0):
     o = np.full(3, 7.0)
     with pytest.raises(tj.GuardError) as ei:
         gf(x1, out=o)
-    check_message(ei, [rf"{THIS_FILE}:{line_of(f, '# MARK')} in {f.__name__}\(\)", r"tapejit\.where"])
+    check_message(
+        ei, [rf"{THIS_FILE}:{line_of(f, '# MARK')} in {f.__name__}\(\)", r"tapejit\.where"]
+    )
     np.testing.assert_array_equal(o, 7.0)
     assert gf(x0, out=o) is o
     np.testing.assert_allclose(o, grad0(x0), rtol=1e-12)
@@ -640,7 +675,9 @@ def test_unsupported_numpy_is_named(g, name):
     f = UNSUPPORTED[name]
     with pytest.raises(tj.TracingError) as ei:
         tj.compile(f, RNG.random(4), cache=False)
-    check_message(ei, [rf"{THIS_FILE}:{f.__code__.co_firstlineno}", re.escape(name), r"not supported"])
+    check_message(
+        ei, [rf"{THIS_FILE}:{f.__code__.co_firstlineno}", re.escape(name), r"not supported"]
+    )
     assert not tracing._current
     still_works(g)
 

@@ -135,7 +135,9 @@ def test_batch_rows_on_both_sides_of_a_guard():
     g = tj.compile(cubic_or_square, np.array([2.0]), cache=False)
     X = np.array([[2.0], [0.5], [1.5], [0.1]])
     G = g.batch(X)
-    np.testing.assert_allclose(G[:, 0], [3 * v * v if v > 1 else 2 * v for v in X[:, 0]], rtol=1e-12)
+    np.testing.assert_allclose(
+        G[:, 0], [3 * v * v if v > 1 else 2 * v for v in X[:, 0]], rtol=1e-12
+    )
 
 
 def test_float_and_item_take_the_concrete_value():

@@ -130,6 +130,7 @@ def test_checkpointed_body_gives_the_same_gradient_with_a_smaller_stack():
 
     a, b = tj.compile(rnn_loss, p, cache=False), tj.compile(ckpt, p, cache=False)
     np.testing.assert_allclose(b(p), a(p), rtol=1e-12)
+
     # the stored per-iteration state: only the carries when checkpointed
     def stored(g):
         (loop,) = [n for n in g._stages["trace"].nodes if n.op == "loop"]
@@ -168,7 +169,9 @@ def test_while_loop_gradient_and_work_follow_the_steps_taken():
         steps = fwd if steps is None else steps
         assert fwd == steps  # ... whatever the bound
     # python semantics agree
-    assert halving(x, 64) == pytest.approx(tj.compile(lambda x: halving(x, 64), x).value_and_grad(x)[0])
+    assert halving(x, 64) == pytest.approx(
+        tj.compile(lambda x: halving(x, 64), x).value_and_grad(x)[0]
+    )
 
 
 def test_while_loop_stops_at_max_steps():
@@ -308,7 +311,8 @@ def test_a_longer_sequence_than_the_capacity_compiles_once_more():
     g = tj.compile(rnn_dynamic, p, RNG.normal(size=(5, D)), dynamic_argnums=1, cache=False)
     xs = RNG.normal(size=(tj.api.DYNAMIC_CAPACITY + 5, D))
     assert g(p, xs) @ np.ones_like(p) == pytest.approx(
-        tj.compile(rnn_dynamic_reference, p, xs, cache=False)(p, xs) @ np.ones_like(p), rel=1e-10)
+        tj.compile(rnn_dynamic_reference, p, xs, cache=False)(p, xs) @ np.ones_like(p), rel=1e-10
+    )
     assert g._compiles == 2
     g(p, xs[:50])  # served by a variant that fits, no compile
     assert g._compiles == 2
@@ -321,8 +325,12 @@ def test_dynamic_length_misuse_is_a_clear_error():
     with pytest.raises(tj.TracingError, match="can only be passed to tapejit.scan"):
         tj.compile(lambda p, xs: np.sum(xs) * p[0], p, xs, dynamic_argnums=1)
     with pytest.raises(tj.TracingError, match=r"return \(carry, None\)"):
-        tj.compile(lambda p, xs: np.sum(tj.scan(lambda c, x: (c, x * p[0]), 0.0, xs)[1]), p, xs,
-                   dynamic_argnums=1)
+        tj.compile(
+            lambda p, xs: np.sum(tj.scan(lambda c, x: (c, x * p[0]), 0.0, xs)[1]),
+            p,
+            xs,
+            dynamic_argnums=1,
+        )
     g = tj.compile(rnn_dynamic, p, xs, dynamic_argnums=1, cache=False)
     with pytest.raises(ValueError, match=r"argument 1 must have shape \(n, 3\)"):
         g(p, RNG.normal(size=(8, D + 1)))

@@ -164,7 +164,9 @@ def mlp_grad():
 
 @pytest.fixture(scope="module")
 def mlp_params_grad():
-    return tj.compile(mlp_params_loss, W1, B1, W2, B2, rng(5).normal(size=D_IN), argnums=(0, 1, 2, 3))
+    return tj.compile(
+        mlp_params_loss, W1, B1, W2, B2, rng(5).normal(size=D_IN), argnums=(0, 1, 2, 3)
+    )
 
 
 def test_mlp_gradient_wrt_input(mlp_grad):

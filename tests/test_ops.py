@@ -51,7 +51,11 @@ class Case:
         # A random linear functional makes the check a random-direction VJP test.
         w = rng.uniform(0.5, 1.5, out.shape)
         c = Node("input", (), (len(xs), "w"), Type(out.shape, "f64")) if out.shape else None
-        loss = ops.reduce("reduce_sum", ops.mul(out, c)) if c is not None else ops.mul(out, ops.const(float(w)))
+        loss = (
+            ops.reduce("reduce_sum", ops.mul(out, c))
+            if c is not None
+            else ops.mul(out, ops.const(float(w)))
+        )
         inputs = tuple(xs) + ((c,) if c is not None else ())
         kinds = ("active",) * len(xs) + (("const",) if c is not None else ())
         bindings = {len(xs): w} if c is not None else {}
@@ -86,10 +90,15 @@ def _ew_cases(op):
         sel = lambda x, y: ops.where(ops.elementwise(op, x, y), ops.mul(x, y), ops.sub(x, y))  # noqa: E731
         return [Case(op, [SHAPE, SHAPE], sel), Case(op, [SHAPE, ()], sel, "[scalar]")]
     if group == "logical":
+
         def build(x, y):
-            a, b = ops.elementwise("gt", x, ops.const(0.0)), ops.elementwise("lt", y, ops.const(0.5))
+            a, b = (
+                ops.elementwise("gt", x, ops.const(0.0)),
+                ops.elementwise("lt", y, ops.const(0.5)),
+            )
             m = ops.elementwise(op, a) if op == "not" else ops.elementwise(op, a, b)
             return ops.where(m, ops.mul(x, x), y)
+
         return [Case(op, [SHAPE, SHAPE], build)]
     if group == "select":
         build = lambda c, a, b: ops.where(ops.elementwise("gt", c, ops.const(0.0)), a, b)  # noqa: E731
@@ -98,7 +107,15 @@ def _ew_cases(op):
             Case(op, [SHAPE, (), SHAPE], build, "[scalar branch]"),
         ]
     if group == "cast":
-        return [Case(op, [SHAPE], lambda x: ops.mul(x, ops.make("cast", ops.elementwise("gt", x, ops.const(0.0)), attrs=("f64",))))]
+        return [
+            Case(
+                op,
+                [SHAPE],
+                lambda x: ops.mul(
+                    x, ops.make("cast", ops.elementwise("gt", x, ops.const(0.0)), attrs=("f64",))
+                ),
+            )
+        ]
     raise AssertionError(f"no case generator for group {group}")
 
 
@@ -116,7 +133,12 @@ def _cases(op) -> list[Case]:
         return [
             Case(op, [(4,)], lambda x: ops.broadcast_to(x, (3, 4))),
             Case(op, [(3, 1)], lambda x: ops.broadcast_to(x, (2, 3, 4)), "[middle]"),
-            Case(op, [()], lambda x: ops.make("broadcast_to", ops.reshape(x, (1,)), attrs=((5,),)), "[scalar]"),
+            Case(
+                op,
+                [()],
+                lambda x: ops.make("broadcast_to", ops.reshape(x, (1,)), attrs=((5,),)),
+                "[scalar]",
+            ),
         ]
     if op == "reshape":
         return [
@@ -134,9 +156,21 @@ def _cases(op) -> list[Case]:
         return [Case(op, [SHAPE], lambda x, k=k: ops.index(x, k), f"[{k}]") for k in keys]
     if op == "scatter_add":
         return [
-            Case(op, [SHAPE, ()], lambda a, u: ops.make("scatter_add", a, u, attrs=(1, 2)), "[elem]"),
-            Case(op, [SHAPE, (2,)], lambda a, u: ops.make("scatter_add", a, u, attrs=(2, (1, 4, 2))), "[slice]"),
-            Case(op, [SHAPE, (4,)], lambda a, u: ops.make("scatter_add", ops.elementwise("sin", a), u, attrs=(0,)), "[row]"),
+            Case(
+                op, [SHAPE, ()], lambda a, u: ops.make("scatter_add", a, u, attrs=(1, 2)), "[elem]"
+            ),
+            Case(
+                op,
+                [SHAPE, (2,)],
+                lambda a, u: ops.make("scatter_add", a, u, attrs=(2, (1, 4, 2))),
+                "[slice]",
+            ),
+            Case(
+                op,
+                [SHAPE, (4,)],
+                lambda a, u: ops.make("scatter_add", ops.elementwise("sin", a), u, attrs=(0,)),
+                "[row]",
+            ),
         ]
     if op == "matmul":
         return [
@@ -148,7 +182,12 @@ def _cases(op) -> list[Case]:
     if op == "loop":
         return [
             Case(op, [(4,), (3, 4), (4,)], lambda c, x, p: _loop_case(c, x, p, False), "[scan]"),
-            Case(op, [(4,), (3, 4), (4,)], lambda c, x, p: _loop_case(c, x, p, True), "[checkpointed]"),
+            Case(
+                op,
+                [(4,), (3, 4), (4,)],
+                lambda c, x, p: _loop_case(c, x, p, True),
+                "[checkpointed]",
+            ),
             Case(op, [(), (4,)], _loop_case_scalar, "[fori, scalar carry]"),
         ]
     raise AssertionError(f"no case generator for op {op}")
@@ -175,7 +214,9 @@ def _loop_case(c0, xs, p, checkpointed):
 def _loop_case_scalar(c0, p):
     """A fori loop from i = 2 with a scalar carry: c' = c * cos(sum(p) + i) + 0.5."""
     i, c, q = _body_inputs((), (), (4,))
-    c2 = ops.add(ops.mul(c, ops.elementwise("cos", ops.add(ops.reduce("reduce_sum", q), i))), ops.const(0.5))
+    c2 = ops.add(
+        ops.mul(c, ops.elementwise("cos", ops.add(ops.reduce("reduce_sum", q), i))), ops.const(0.5)
+    )
     body = Graph("body", (i, c, q), ("inactive",) * 3, (c2,))
     body, vjp = autodiff.loop_vjp(body, 1, 0, (), (True,), False, "u")
     spec = ops.LoopSpec(body, 1, 0, 4, start=2, vjp=vjp)
@@ -254,7 +295,9 @@ def test_native_special_values(op):
     # compare forward values via a graph whose gradient w.r.t. the weight is the op's output.
     w = Node("input", (), (2, "w"), Type(special.shape, "f64"))
     loss = ops.reduce("reduce_sum", ops.mul(out, w))
-    g = Graph(f"special_{op}", (x, y, w), ("inactive", "inactive", "active"), (loss,), {}, ("value",))
+    g = Graph(
+        f"special_{op}", (x, y, w), ("inactive", "inactive", "active"), (loss,), {}, ("value",)
+    )
     fn = GradientFunction.from_graph(g)
     with np.errstate(all="ignore"):
         want = interpret.evaluate(ops_only_graph(out, x, y), [special, ys])[0]

@@ -25,7 +25,8 @@ def _graph(outputs, *shapes, consts=()):
     """A graph over runtime inputs of ``shapes`` (active) and captured constants ``consts``."""
     inputs = [Node("input", (), (i, f"a{i}"), Type(tuple(s))) for i, s in enumerate(shapes)]
     cnodes = [
-        Node("input", (), (len(shapes) + j, f"c{j}"), Type(np.shape(c))) for j, c in enumerate(consts)
+        Node("input", (), (len(shapes) + j, f"c{j}"), Type(np.shape(c)))
+        for j, c in enumerate(consts)
     ]
     outs = outputs(*inputs, *cnodes)
     outs = outs if isinstance(outs, tuple) else (outs,)
@@ -63,12 +64,25 @@ def _bs(s, shape=S):
 
 RULE_CASES = {
     "fold": [
-        (lambda x: mk("mul", x, mk("add", c(2.0), c(3.0))), [S], (), lambda g: "add" not in _ops_in(g)),
+        (
+            lambda x: mk("mul", x, mk("add", c(2.0), c(3.0))),
+            [S],
+            (),
+            lambda g: "add" not in _ops_in(g),
+        ),
         # folding over a captured constant: c[0] becomes a scalar constant, c is then dead
-        (lambda x, k: mk("mul", x, ops.index(k, (0,))), [S], (np.arange(1.0, 4.0),),
-         lambda g: "index" not in _ops_in(g)),
-        (lambda x, k: mk("mul", x, ops.matmul(k, k)), [S], (np.arange(1.0, 4.0),),
-         lambda g: "matmul" not in _ops_in(g)),
+        (
+            lambda x, k: mk("mul", x, ops.index(k, (0,))),
+            [S],
+            (np.arange(1.0, 4.0),),
+            lambda g: "index" not in _ops_in(g),
+        ),
+        (
+            lambda x, k: mk("mul", x, ops.matmul(k, k)),
+            [S],
+            (np.arange(1.0, 4.0),),
+            lambda g: "matmul" not in _ops_in(g),
+        ),
     ],
     "add": [
         (lambda x: mk("add", x, c(0.0)), [S], (), lambda g: _ops_in(g) == ["input"]),
@@ -78,19 +92,37 @@ RULE_CASES = {
         (lambda x: mk("sub", x, c(0.0)), [S], (), lambda g: _ops_in(g) == ["input"]),
         (lambda x: mk("sub", c(0.0), x), [S], (), lambda g: "neg" in _ops_in(g)),
         (lambda x: mk("add", mk("sub", x, x), x), [S], (), lambda g: "sub" not in _ops_in(g)),
-        (lambda x, y: mk("sub", x, mk("neg", y)), [S, S], (), lambda g: _ops_in(g).count("add") == 1),
+        (
+            lambda x, y: mk("sub", x, mk("neg", y)),
+            [S, S],
+            (),
+            lambda g: _ops_in(g).count("add") == 1,
+        ),
     ],
     "mul": [
         (lambda x: mk("mul", c(1.0), x), [S], (), lambda g: _ops_in(g) == ["input"]),
         (lambda x: mk("mul", x, c(-1.0)), [S], (), lambda g: "neg" in _ops_in(g)),
-        (lambda x, y: mk("mul", mk("neg", x), mk("neg", y)), [S, S], (), lambda g: "neg" not in _ops_in(g)),
+        (
+            lambda x, y: mk("mul", mk("neg", x), mk("neg", y)),
+            [S, S],
+            (),
+            lambda g: "neg" not in _ops_in(g),
+        ),
     ],
     "hoist-scalar-factor": [
         # (s*x)*t: one multiply per element instead of two
-        (lambda x, s, t: mk("mul", mk("mul", s, x), t), [S, (), ()], (),
-         lambda g: sum(n.op == "mul" and n.shape == S for n in g.nodes) == 1),
-        (lambda x, t: mk("mul", mk("neg", x), t), [S, ()], (),
-         lambda g: all(n.shape == () for n in g.nodes if n.op == "neg")),
+        (
+            lambda x, s, t: mk("mul", mk("mul", s, x), t),
+            [S, (), ()],
+            (),
+            lambda g: sum(n.op == "mul" and n.shape == S for n in g.nodes) == 1,
+        ),
+        (
+            lambda x, t: mk("mul", mk("neg", x), t),
+            [S, ()],
+            (),
+            lambda g: all(n.shape == () for n in g.nodes if n.op == "neg"),
+        ),
     ],
     "div": [
         (lambda x: mk("div", x, c(1.0)), [S], (), lambda g: _ops_in(g) == ["input"]),
@@ -98,33 +130,75 @@ RULE_CASES = {
     ],
     "neg": [(lambda x: mk("neg", mk("neg", x)), [S], (), lambda g: _ops_in(g) == ["input"])],
     "pow": [
-        (lambda x: mk("pow", x, mk("add", c(1.0), c(1.0))), [S], (), lambda g: "pow" not in _ops_in(g)),
+        (
+            lambda x: mk("pow", x, mk("add", c(1.0), c(1.0))),
+            [S],
+            (),
+            lambda g: "pow" not in _ops_in(g),
+        ),
         (lambda x: mk("pow", x, c(0.5)), [S], (), lambda g: "sqrt" in _ops_in(g)),
     ],
     "where": [
-        (lambda x, y: mk("where", mk("lt", x, y), x, x), [S, S], (), lambda g: _ops_in(g) == ["input"]),
-        (lambda x, y: mk("where", c(True, S, "bool"), x, y), [S, S], (), lambda g: "where" not in _ops_in(g)),
+        (
+            lambda x, y: mk("where", mk("lt", x, y), x, x),
+            [S, S],
+            (),
+            lambda g: _ops_in(g) == ["input"],
+        ),
+        (
+            lambda x, y: mk("where", c(True, S, "bool"), x, y),
+            [S, S],
+            (),
+            lambda g: "where" not in _ops_in(g),
+        ),
     ],
     "scalarise": [
-        (lambda x, s: mk("add", x, _bs(s)), [S, ()], (), lambda g: "broadcast_to" not in _ops_in(g)),
-        (lambda s: mk("exp", _bs(s)), [()], (),
-         lambda g: [n.shape for n in g.nodes if n.op == "exp"] == [()]),
+        (
+            lambda x, s: mk("add", x, _bs(s)),
+            [S, ()],
+            (),
+            lambda g: "broadcast_to" not in _ops_in(g),
+        ),
+        (
+            lambda s: mk("exp", _bs(s)),
+            [()],
+            (),
+            lambda g: [n.shape for n in g.nodes if n.op == "exp"] == [()],
+        ),
     ],
     "cast": [(lambda x: mk("cast", x, attrs=("f64",)), [S], (), lambda g: _ops_in(g) == ["input"])],
     "broadcast": [
-        (lambda s: _bs(mk("reshape", s, attrs=((1,),))), [()], (), lambda g: "reshape" not in _ops_in(g)),
+        (
+            lambda s: _bs(mk("reshape", s, attrs=((1,),))),
+            [()],
+            (),
+            lambda g: "reshape" not in _ops_in(g),
+        ),
     ],
     "reshape": [
-        (lambda x: mk("reshape", mk("reshape", x, attrs=((2, 3),)), attrs=((3, 2),)), [(6,)], (),
-         lambda g: _ops_in(g).count("reshape") == 1),
+        (
+            lambda x: mk("reshape", mk("reshape", x, attrs=((2, 3),)), attrs=((3, 2),)),
+            [(6,)],
+            (),
+            lambda g: _ops_in(g).count("reshape") == 1,
+        ),
     ],
     "transpose": [
-        (lambda x: mk("transpose", mk("transpose", x, attrs=((1, 0),)), attrs=((1, 0),)), [(2, 3)], (),
-         lambda g: _ops_in(g) == ["input"]),
+        (
+            lambda x: mk("transpose", mk("transpose", x, attrs=((1, 0),)), attrs=((1, 0),)),
+            [(2, 3)],
+            (),
+            lambda g: _ops_in(g) == ["input"],
+        ),
     ],
     "index": [(lambda s: ops.index(_bs(s), (2,)), [()], (), lambda g: _ops_in(g) == ["input"])],
     "reduce-sum": [
-        (lambda s: ops.reduce("reduce_sum", _bs(s)), [()], (), lambda g: "reduce_sum" not in _ops_in(g)),
+        (
+            lambda s: ops.reduce("reduce_sum", _bs(s)),
+            [()],
+            (),
+            lambda g: "reduce_sum" not in _ops_in(g),
+        ),
     ],
     "reduce-max": [
         (lambda s: ops.reduce("reduce_max", _bs(s)), [()], (), lambda g: _ops_in(g) == ["input"]),
@@ -161,8 +235,22 @@ def test_simplify_keeps_ieee_special_cases_it_does_not_document():
 
 def test_fold_does_not_blow_up_constants():
     big = np.arange(10_000.0)
-    g = _graph(lambda x, k: mk("add", x, ops.index(mk("reduce_sum", ops.broadcast_to(
-        ops.reshape(k, (1, 10_000)), (10_000, 10_000)), attrs=((0,),)), (0,))), (), consts=(big,))
+    g = _graph(
+        lambda x, k: mk(
+            "add",
+            x,
+            ops.index(
+                mk(
+                    "reduce_sum",
+                    ops.broadcast_to(ops.reshape(k, (1, 10_000)), (10_000, 10_000)),
+                    attrs=((0,),),
+                ),
+                (0,),
+            ),
+        ),
+        (),
+        consts=(big,),
+    )
     out, _ = simplify_mod.simplify(g)
     assert all(b.size <= 10_000 for b in out.bindings.values())
     _same(g, out, rtol=1e-15)
@@ -227,7 +315,9 @@ def test_eam_plan_is_two_loops_one_exp_no_workspace(n):
     g = tj.compile(eam, x)
     assert g.stats["kernels"] == 2 and g.stats["workspace_bytes"] == 0
     rho = np.exp(-3 * (x + 1)).sum()
-    np.testing.assert_allclose(g(x), -3 * np.exp(-3 * (x + 1)) * (2 * rho + 3 * rho**2 + rho**3), rtol=1e-13)
+    np.testing.assert_allclose(
+        g(x), -3 * np.exp(-3 * (x + 1)) * (2 * rho + 3 * rho**2 + rho**3), rtol=1e-13
+    )
 
 
 def test_adjoint_fuses_into_the_forward_loop():

@@ -41,8 +41,12 @@ BINARY = {
 
 step = st.one_of(
     st.tuples(st.just("unary"), st.sampled_from(sorted(UNARY)), st.integers(0, 99)),
-    st.tuples(st.just("binary"), st.sampled_from(sorted(BINARY)), st.integers(0, 99), st.integers(0, 99)),
-    st.tuples(st.just("scalar"), st.sampled_from(sorted(BINARY)), st.integers(0, 99), st.integers(0, 99)),
+    st.tuples(
+        st.just("binary"), st.sampled_from(sorted(BINARY)), st.integers(0, 99), st.integers(0, 99)
+    ),
+    st.tuples(
+        st.just("scalar"), st.sampled_from(sorted(BINARY)), st.integers(0, 99), st.integers(0, 99)
+    ),
     st.tuples(st.just("reduce"), st.sampled_from(["reduce_sum", "reduce_max"]), st.integers(0, 99)),
     st.tuples(st.just("reverse"), st.integers(0, 99)),
     st.tuples(st.just("element"), st.integers(0, 99), st.integers(0, 99)),
@@ -79,7 +83,11 @@ def build(steps, n, k):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(steps=st.lists(step, min_size=1, max_size=12), n=st.integers(1, 9), seed=st.integers(0, 2**32 - 1))
+@given(
+    steps=st.lists(step, min_size=1, max_size=12),
+    n=st.integers(1, 9),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_pipeline_preserves_value_and_gradient(steps, n, seed):
     rng = np.random.default_rng(seed)
     k = rng.uniform(-1, 1, n)

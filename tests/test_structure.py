@@ -36,7 +36,9 @@ def test_codegen_sees_only_ir_and_ops():
     for path in (ROOT / "codegen").glob("*.py"):
         for name in _imports(path):
             if name.startswith("tapejit"):
-                assert name in ("tapejit.ir", "tapejit.ops", "tapejit"), f"{path.name} imports {name}"
+                assert name in ("tapejit.ir", "tapejit.ops", "tapejit"), (
+                    f"{path.name} imports {name}"
+                )
 
 
 def test_front_end_binds_codegen_only_in_api_and_cli():
@@ -51,7 +53,9 @@ def test_ir_imports_no_rules():
     assert not {n for n in _imports(ROOT / "tapejit" / "ir.py") if n.startswith("tapejit")}
 
 
-ALLOC = re.compile(r"\b(call|jmp)\w*\s+.*\b(malloc|calloc|realloc|free|posix_memalign|aligned_alloc)\b")
+ALLOC = re.compile(
+    r"\b(call|jmp)\w*\s+.*\b(malloc|calloc|realloc|free|posix_memalign|aligned_alloc)\b"
+)
 
 
 def _models():

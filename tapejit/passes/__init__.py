@@ -35,8 +35,12 @@ def optimise(g: Graph, pipeline=None) -> tuple[Graph, dict]:
     for name, fn, *when in PIPELINE if pipeline is None else pipeline:
         before = len(g.nodes)
         if when and not when[0](stats):
-            stats[name] = {"nodes_before": before, "nodes_after": before, "seconds": 0.0,
-                           "skipped": True}
+            stats[name] = {
+                "nodes_before": before,
+                "nodes_after": before,
+                "seconds": 0.0,
+                "skipped": True,
+            }
             continue
         t0 = time.perf_counter()
         g, s = fn(g)

@@ -86,7 +86,11 @@ def _classify(n: Node) -> str:
         return "point" if n.shape == () else "alias"
     if n.op == "broadcast_to":
         return "body" if n.args[0].shape == () else "gather"
-    if n.op == "index" and n.shape != () and ops.index_view_offset(n.args[0].shape, n.attrs) is not None:
+    if (
+        n.op == "index"
+        and n.shape != ()
+        and ops.index_view_offset(n.args[0].shape, n.attrs) is not None
+    ):
         return "alias"  # a contiguous block: a view at an offset, no copy
     if n.op in ("index", "transpose"):
         return "point" if n.shape == () else "gather"
@@ -254,7 +258,9 @@ def fuse(g: Graph) -> Schedule:
                 if a.shape != () and id(a) not in members[k] and cls[id(a)] != "leaf":
                     materialised.add(id(alias_root(a)))
     materialised = {i for i in materialised if cls.get(i) != "leaf" or i in home}
-    frozen = tuple(Kernel(tuple(k.pre), k.space if k.body else None, tuple(k.body), k.op) for k in kernels)
+    frozen = tuple(
+        Kernel(tuple(k.pre), k.space if k.body else None, tuple(k.body), k.op) for k in kernels
+    )
     stats = {"kernels": sum(k.is_loop for k in frozen), "recomputed": recomputed}
     return Schedule(g, frozen, home, materialised, stats)
 

@@ -161,7 +161,9 @@ def plan(g: Graph) -> Program:
             continue
         r = id(alias_root(o))
         c = classes.find(r) if r in mat else None
-        early = c is not None and min(define.get(i, 0) for i in members[c]) <= guard_time and g.guards
+        early = (
+            c is not None and min(define.get(i, 0) for i in members[c]) <= guard_time and g.guards
+        )
         # an output that is only part of its buffer (a view at an offset into a larger value,
         # e.g. one segment of a loop's result) cannot have the caller's array as that buffer
         partial = _view_offset(o) != 0 or byid[r].type.size != o.type.size

@@ -35,7 +35,9 @@ class Rewriter:
         self.inputs = list(g.inputs)
         self.kinds = list(g.kinds)
         self.bindings = dict(g.bindings)
-        self._const_input = {id(n): i for i, (n, k) in enumerate(zip(g.inputs, g.kinds)) if k == "const"}
+        self._const_input = {
+            id(n): i for i, (n, k) in enumerate(zip(g.inputs, g.kinds)) if k == "const"
+        }
 
     # -- constants ----------------------------------------------------------------------------
     def constant(self, n: Node) -> np.ndarray | None:
@@ -68,7 +70,11 @@ class Rewriter:
                 memo[id(n)] = (n, n)
                 return n
             args = tuple(settle(a) for a in n.args)  # recurses only into nodes new to the graph
-            m = n if all(a is b for a, b in zip(args, n.args)) else Node(n.op, args, n.attrs, n.type)
+            m = (
+                n
+                if all(a is b for a, b in zip(args, n.args))
+                else Node(n.op, args, n.attrs, n.type)
+            )
             for _ in range(MAX_STEPS):
                 r = rule(m, self)
                 if r is None or r is m:
