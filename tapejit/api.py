@@ -284,6 +284,15 @@ class GradientFunction(functools.partial):
                     self._promote(v)
                     return r
         cap = {i: _capacity_for(max(n, 2 * self._dynamic[i])) for i, n in need.items()}
+        v = self._new_variant(args, cap)
+        self._promote(v)
+        return v._call(args, out)
+
+    def _new_variant(
+        self, args: tuple, capacity: dict[int, int] | None = None
+    ) -> "GradientFunction":
+        """Trace and compile ``f`` for ``args`` as a new specialisation (most recent first; the
+        least recently used beyond ``max_specialisations`` is dropped)."""
         v = GradientFunction(
             self.fn,
             args,
@@ -291,13 +300,12 @@ class GradientFunction(functools.partial):
             self._cache_spec,
             _owner=self,
             dynamic_argnums=self._dynamic_spec,
-            _capacity=cap,
+            _capacity=capacity,
         )
         self._compiles += 1
         self._variants.insert(0, v)
         del self._variants[self.max_specialisations :]
-        self._promote(v)
-        return v._call(args, out)
+        return v
 
     @classmethod
     def from_graph(
@@ -349,17 +357,7 @@ class GradientFunction(functools.partial):
                 if r is not None:
                     self._promote(v)
                     return r
-        v = GradientFunction(
-            self.fn,
-            args,
-            self._argnums_spec,
-            self._cache_spec,
-            _owner=self,
-            dynamic_argnums=self._dynamic_spec,
-        )
-        self._compiles += 1
-        self._variants.insert(0, v)
-        del self._variants[self.max_specialisations :]
+        v = self._new_variant(args)
         if self._compiles > self.max_specialisations and not self._warned:
             self._warned = True
             warnings.warn(

@@ -63,17 +63,7 @@ def vjp_graph(g: Graph) -> Graph:
     if len(g.outputs) != 1 or g.outputs[0].shape != ():
         raise ValueError("reverse mode needs a graph with exactly one scalar output")
     (out,) = g.outputs
-    active = active_nodes(g)
-    contribs: dict[int, list] = {id(out): [ops.const(1.0)]}
-    for n in reversed(g.nodes):
-        cs = contribs.get(id(n))
-        if n.op == "input" or not cs or id(n) not in active:
-            continue
-        del contribs[id(n)]
-        cts = ops.vjp_rule(n.op)(_total(cs, n), n, *n.args)
-        for arg, ct in zip(n.args, cts):
-            if ct is not None and id(arg) in active:
-                contribs.setdefault(id(arg), []).append(_fit(ct, arg))
+    contribs = _sweep(g.nodes, active_nodes(g), {id(out): [ops.const(1.0)]})
     grads, names = [], []
     for n, k in zip(g.inputs, g.kinds):
         if k == "active":

@@ -72,17 +72,25 @@ XS = RNG.normal(size=(12, D))
 TARGET = RNG.normal(size=(12, H))
 
 
-def rnn_loss(p):
-    W, U = p[: H * H].reshape(H, H), p[H * H :].reshape(H, D)
+def rnn_model(wrap=lambda step: step):
+    """The RNN loss with its scan body passed through ``wrap`` (e.g. tj.checkpoint)."""
 
-    def step(carry, inp):
-        h, loss = carry
-        x_t, y_t = inp
-        h = np.tanh(W @ h + U @ x_t)
-        return (h, loss + np.sum((h - y_t) ** 2)), h
+    def loss_of(p):
+        W, U = p[: H * H].reshape(H, H), p[H * H :].reshape(H, D)
 
-    (h, loss), hs = tj.scan(step, (np.zeros(H), 0.0), (XS, TARGET))
-    return loss + 0.5 * np.sum(hs * hs)
+        def step(carry, inp):
+            h, loss = carry
+            x_t, y_t = inp
+            h = np.tanh(W @ h + U @ x_t)
+            return (h, loss + np.sum((h - y_t) ** 2)), h
+
+        (h, loss), hs = tj.scan(wrap(step), (np.zeros(H), 0.0), (XS, TARGET))
+        return loss + 0.5 * np.sum(hs * hs)
+
+    return loss_of
+
+
+rnn_loss = rnn_model()
 
 
 def rnn_unrolled(p):
@@ -115,19 +123,7 @@ def test_scan_gradient_with_respect_to_xs():
 def test_checkpointed_body_gives_the_same_gradient_with_a_smaller_stack():
     p = rnn_params(1)
 
-    def ckpt(p):
-        W, U = p[: H * H].reshape(H, H), p[H * H :].reshape(H, D)
-
-        @tj.checkpoint
-        def step(carry, inp):
-            h, loss = carry
-            x_t, y_t = inp
-            h = np.tanh(W @ h + U @ x_t)
-            return (h, loss + np.sum((h - y_t) ** 2)), h
-
-        (h, loss), hs = tj.scan(step, (np.zeros(H), 0.0), (XS, TARGET))
-        return loss + 0.5 * np.sum(hs * hs)
-
+    ckpt = rnn_model(tj.checkpoint)
     a, b = tj.compile(rnn_loss, p, cache=False), tj.compile(ckpt, p, cache=False)
     np.testing.assert_allclose(b(p), a(p), rtol=1e-12)
 
