@@ -75,7 +75,19 @@ def _models():
         h = np.tanh(w.reshape(4, 5) @ np.linspace(0, 1, 5))
         return np.mean(h * h) + np.max(w) + np.log1p(np.abs(w)).sum()
 
-    return [(eam, np.random.rand(100)), (loop, np.random.rand(20)), (mlp, np.random.rand(20))]
+    def rolled(x):  # native loops with residual stacks, a condition and a nested scan
+        def body(v):
+            inner, _ = tj.scan(lambda h, r: (np.tanh(h * r + v), None), v, c[:12].reshape(3, 4))
+            return 0.5 * inner + np.sin(v)
+
+        return np.sum(tj.while_loop(lambda v: np.sum(v * v) > 0.1, body, x, max_steps=64) ** 2)
+
+    return [
+        (eam, np.random.rand(100)),
+        (loop, np.random.rand(20)),
+        (mlp, np.random.rand(20)),
+        (rolled, np.random.rand(4)),
+    ]
 
 
 def test_generated_code_never_allocates():
