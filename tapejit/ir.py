@@ -29,6 +29,10 @@ NUMPY_DTYPE = {"f64": "float64", "bool": "bool", "i64": "int64"}
 ITEMSIZE = {"f64": 8, "bool": 1, "i64": 8}
 
 
+#: Shapes already validated (a tuple of non-negative ints is valid whatever the dtype).
+_CHECKED_SHAPES: set[tuple[int, ...]] = set()
+
+
 @dataclass(frozen=True, slots=True)
 class Type:
     """Static type of an SSA value: a shape (tuple of ints, ``()`` for a scalar) and a dtype."""
@@ -37,10 +41,14 @@ class Type:
     dtype: str = "f64"
 
     def __post_init__(self):
+        if self.shape in _CHECKED_SHAPES and self.dtype in DTYPES:
+            return  # a shape seen before (types are built for every node: keep this cheap)
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype!r}; expected one of {DTYPES}")
-        if not all(isinstance(d, int) and d >= 0 for d in self.shape):
+        if type(self.shape) is not tuple or not all(type(d) is int and d >= 0 for d in self.shape):
             raise ValueError(f"shape must be a tuple of non-negative ints, got {self.shape!r}")
+        if len(_CHECKED_SHAPES) < 65536:
+            _CHECKED_SHAPES.add(self.shape)
 
     @property
     def size(self) -> int:
@@ -58,14 +66,22 @@ class Type:
         return f"{self.dtype}[{','.join(map(str, self.shape))}]"
 
 
+_PLAIN = (int, str, bool, type(None))
+
+
 def _attr_key(value: Any) -> Any:
     """Hashable key of an attribute that tells -0.0 from 0.0 (CSE must not merge them)."""
-    if isinstance(value, float):
+    t = type(value)
+    if t in _PLAIN:
+        return value
+    if t is float:
         return ("f", struct.pack("<d", value))
-    if isinstance(value, tuple):
-        return tuple(_attr_key(v) for v in value)
-    if isinstance(value, slice):
+    if t is tuple:
+        return tuple(v if type(v) in _PLAIN else _attr_key(v) for v in value)
+    if t is slice:
         return ("s", value.start, value.stop, value.step)
+    if isinstance(value, float):  # numpy floats
+        return ("f", struct.pack("<d", value))
     return value
 
 
@@ -263,6 +279,12 @@ class VerifyError(Exception):
 #: Nodes that passed the per-node checks of :func:`verify` (nodes are immutable, so a node that
 #: was well formed stays so; verifying after every pass then costs O(new nodes)).
 _verified: "weakref.WeakSet[Node]" = weakref.WeakSet()
+
+def mark_verified(n: Node) -> None:
+    """Record that ``n``'s type was computed by its op's rule (the builders in
+    :mod:`tapejit.ops` do this), so :func:`verify` skips the per-node check for it."""
+    _verified.add(n)
+
 
 #: Set by :mod:`tapejit.ops`: ``(op, arg types, attrs) -> Type``; raises on a bad node.
 type_rule: Callable[[str, tuple[Type, ...], tuple], Type] | None = None

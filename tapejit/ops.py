@@ -240,8 +240,11 @@ ir.type_rule = type_rule
 
 
 def make(op: str, *args: Node, attrs: tuple = ()) -> Node:
-    """The node ``op(*args)``, typed by the op's rule."""
-    return Node(op, args, attrs, type_rule(op, tuple(a.type for a in args), attrs))
+    """The node ``op(*args)``, typed by the op's rule (so :func:`tapejit.ir.verify` need not
+    check it again)."""
+    node = Node(op, args, attrs, type_rule(op, tuple(a.type for a in args), attrs))
+    ir.mark_verified(node)
+    return node
 
 
 def const(value: float, shape: tuple[int, ...] = (), dtype: str = "f64") -> Node:
