@@ -775,8 +775,8 @@ def _lower_loop_node(L: Lowering, n: Node) -> None:
     def pointer(a: Node) -> ir.Value:
         if a.shape != ():
             return L.ptr(a)
-        slot = L.entry_alloca(F64)
-        b.store(L.load(a, None), slot)
+        slot = L.entry_alloca(ELEM[a.dtype])  # a scalar in memory, as the body's input
+        L.store_to(slot, I64(0), L.load(a, None), a.dtype)
         return slot
 
     carry_a = [at(out, seg.offset) for seg in lay.carries]

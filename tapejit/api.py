@@ -267,6 +267,7 @@ class GradientFunction(functools.partial):
         t0 = time.perf_counter()
         trace = tracing.trace(f, example_args, nums, self._dynamic)
         self._argnums_spec = argnums
+        self._order = nums  # gradients come back in argnums order, as given
         self._cache_spec = cache
         self._init_dispatch(_owner, on_guard_failure, max_specialisations)
         self._build(
@@ -317,7 +318,7 @@ class GradientFunction(functools.partial):
         """Compile a forward graph built directly with :mod:`tapejit.ops` (its active inputs are
         differentiated). Used by tests that sweep the op table."""
         self = cls.__new__(cls)
-        self._dynamic, self._dynamic_spec = {}, ()
+        self._dynamic, self._dynamic_spec, self._order = {}, (), None
         self._init_dispatch(None, "raise", 1)
         self._build(trace, None, tuple_result, 0.0, object_cache(cache))
         return self
@@ -395,14 +396,17 @@ class GradientFunction(functools.partial):
         """
         runtime_kinds = [k for k in trace.kinds if k != "const"]
         self.fn = f
-        self.argnums = tuple(i for i, k in enumerate(runtime_kinds) if k == "active")
+        active = tuple(i for i, k in enumerate(runtime_kinds) if k == "active")
+        self.argnums = active if self._order is None else tuple(self._order)
         self._tuple_result = tuple_result
         self._stages: dict[str, Any] = {"trace": trace}
         timings: dict[str, float] = {"trace": t_trace}
         key = built = None
         if cache is not None:
             t0 = time.perf_counter()
-            key = cache_key(_fingerprint(trace, tuple_result), f"tapejit-{_VERSION}")
+            key = cache_key(
+                f"{_fingerprint(trace, tuple_result)}\norder={self.argnums}", f"tapejit-{_VERSION}"
+            )
             built = _Built.from_entry(cache.load(key), trace)
             timings["cache_key"] = time.perf_counter() - t0
         if built is None:
@@ -417,7 +421,7 @@ class GradientFunction(functools.partial):
         """Reverse mode, the passes and the memory plan of ``trace``: ``(joint graph, optimised
         graph, program, pass statistics, timings)``."""
         t1 = time.perf_counter()
-        joint = autodiff.vjp_graph(trace)
+        joint = autodiff.vjp_graph(trace, self._order)
         t2 = time.perf_counter()
         opt, pass_stats = passes.optimise(joint)
         t3 = time.perf_counter()

@@ -55,8 +55,10 @@ def _total(contribs: list, node: Node) -> Node:
     return acc if acc is not None else ops.const(0.0, node.shape)
 
 
-def vjp_graph(g: Graph) -> Graph:
-    """The joint graph ``(value, grad_0, ..., grad_k)`` of ``g`` for its active inputs.
+def vjp_graph(g: Graph, order: tuple[int, ...] | None = None) -> Graph:
+    """The joint graph ``(value, grad_0, ..., grad_k)`` of ``g`` for its active inputs, the
+    gradients in the order of the input positions ``order`` (default: input order; ``compile``
+    passes ``argnums`` as the user gave them).
 
     Raises :class:`tapejit.ops.RuleError` naming an op that lacks a VJP rule.
     """
@@ -65,10 +67,13 @@ def vjp_graph(g: Graph) -> Graph:
     (out,) = g.outputs
     contribs = _sweep(g.nodes, active_nodes(g), {id(out): [ops.const(1.0)]})
     grads, names = [], []
-    for n, k in zip(g.inputs, g.kinds):
-        if k == "active":
-            grads.append(_total(contribs.get(id(n), []), n))
-            names.append(f"grad_{n.attrs[1]}")
+    active_pos = [i for i, k in enumerate(g.kinds) if k == "active"]
+    if order is not None and sorted(order) != active_pos:
+        raise ValueError(f"order {order} is not a permutation of the active inputs {active_pos}")
+    for i in active_pos if order is None else order:
+        n = g.inputs[i]
+        grads.append(_total(contribs.get(id(n), []), n))
+        names.append(f"grad_{n.attrs[1]}")
     return verify(g.replace(outputs=(out, *grads), output_names=("value", *names)))
 
 
@@ -196,8 +201,15 @@ def loop_vjp(
         take(ct, f"ct{k}", ct.type)
     for k, a in enumerate(acc_in):
         take(a, f"acc{k}", a.type)
+    stored = []  # what the forward body outputs per residual: f64 (a bool mask as 0/1)
     for k, r in enumerate(residuals):
-        take(r, f"r{k}", r.type)
+        if r.dtype == "f64":
+            take(r, f"r{k}", r.type)
+            stored.append(r)
+        else:
+            slot = take(None, f"r{k}", Type(r.shape))
+            mapping[id(r)] = ops.make("ne", slot, ops.const(0.0))
+            stored.append(ops.make("cast", r, attrs=("f64",)))
     for k, ct in enumerate(ct_out[n_carry:]):
         take(ct, f"cty{k}", ct.type)
     for k, x in enumerate(xs):
@@ -211,7 +223,7 @@ def loop_vjp(
     if stray:
         raise AssertionError("a carry reached the backward body without being stored")
     bgraph = Graph(f"{body.name}.vjp", tuple(b_inputs), ("inactive",) * len(b_inputs), b_body)
-    fwd = body.replace(outputs=outs + tuple(residuals))
+    fwd = body.replace(outputs=outs + tuple(stored))
     return verify(fwd), ops.LoopVJP(
         verify(bgraph), len(residuals), tuple(wrt_xs), tuple(wrt_params)
     )

@@ -165,6 +165,11 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None) -> t
 def _dynamic_scan(f, init, x_leaves, x_struct, lengths) -> tuple[Any, Any]:
     """A scan over arguments with a dynamic length: as many iterations as the call's length
     (the traced bound is the argument's capacity); no stacked ys, whose length is unknown."""
+    if isinstance(tracing._state(), BodyTrace):
+        raise _fail(
+            "scan: a scan over a dynamic-length argument must be at the top level of the "
+            "compiled function, not inside another loop's body"
+        )
     if any(d is None or d.node is not lengths[0].node for d in lengths):
         raise _fail(
             "scan: xs with a dynamic length must all be the same dynamic argument(s) of one length"
@@ -248,11 +253,14 @@ def _trace_body(st: BodyTrace, fn: Callable, args: tuple) -> Any:
         tracing._current.pop()
         _values.clear()
         _values.update(saved)
-        # params that enclosing bodies lifted in while this one was traced keep their values
+        # params that enclosing bodies lifted in, and arrays captured, while this body was
+        # traced keep their values (hoisting evaluates nodes that read them)
         for outer in tracing._current:
             if isinstance(outer, BodyTrace):
                 for _, t in outer._lifted.values():
                     _values.setdefault(id(t.node), (t.node, t.value))
+            for _, node in outer.consts.values():
+                _values.setdefault(id(node), (node, outer.bindings[node.attrs[0]]))
 
 
 def _leaf(v: Any, what: str) -> Tracer:
@@ -307,9 +315,13 @@ def _loop(
     body_st = BodyTrace(outer, f"l{depth}")
     i_t = body_st.add_fixed(Type(()), "i", np.float64(start))
     c_ts = [body_st.add_fixed(c.node.type, f"c{k}", c.value) for k, c in enumerate(carries)]
+
+    def first_row(x: Tracer) -> np.ndarray:  # the body's example x_t (zeros for no rows)
+        v = np.asarray(x.value)
+        return v[0] if v.shape[0] else np.zeros(v.shape[1:])
+
     xt_ts = [
-        body_st.add_fixed(Type(x.node.shape[1:]), f"x{k}", np.asarray(x.value)[0])
-        for k, x in enumerate(x_ts)
+        body_st.add_fixed(Type(x.node.shape[1:]), f"x{k}", first_row(x)) for k, x in enumerate(x_ts)
     ]
     result = _trace_body(body_st, step, (i_t, _unflatten(c_struct, c_ts), xt_ts))
     new_carry, y = result
@@ -345,6 +357,11 @@ def _loop(
                 node = ops.make("ne", ops._float(node), ops.const(0.0))
         finally:
             tracing._current.pop()
+
+    if n == 0:  # no iteration: the carry as given, and ys with no rows
+        empty = [tracing._wrap(ops.const(0.0, (0, *t.node.shape))) for t in out_y]
+        y_out = _unflatten(y_struct, empty) if ys and y is not None else None
+        return _unflatten(c_struct, carries), y_out
 
     # the loop's params: every enclosing value the body or the condition uses
     params: list[Tracer] = []

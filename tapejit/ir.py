@@ -280,6 +280,7 @@ class VerifyError(Exception):
 #: was well formed stays so; verifying after every pass then costs O(new nodes)).
 _verified: "weakref.WeakSet[Node]" = weakref.WeakSet()
 
+
 def mark_verified(n: Node) -> None:
     """Record that ``n``'s type was computed by its op's rule (the builders in
     :mod:`tapejit.ops` do this), so :func:`verify` skips the per-node check for it."""

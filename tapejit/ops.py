@@ -545,7 +545,9 @@ class LoopSpec:
                     else hashlib.sha256(ir.format_graph(g).encode()).hexdigest()[:16]
                 )
 
-            vjp = "-" if self.vjp is None else f"{digest(self.vjp.body)}/{self.vjp.n_residuals}"
+            v = self.vjp
+            wrt = "".join("1" if w else "0" for w in (v.wrt_xs + v.wrt_params if v else ()))
+            vjp = "-" if v is None else f"{digest(v.body)}/{v.n_residuals}/{wrt}"
             self._repr.append(
                 f"loop(max_steps={self.max_steps}, carry={self.n_carry}, xs={self.n_xs}, "
                 f"start={self.start}, reverse={self.reverse}, dynamic={self.dynamic}, "

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -202,7 +203,61 @@ class BodyTrace(_Trace):
         return k < len(self.inputs) and self.inputs[k] is n and k > 0  # all but the index
 
 
-_current: list[_Trace] = []
+class _ThreadStack(threading.local):
+    """The stack of traces in progress, one per thread (compiles in two threads never see each
+    other's trace)."""
+
+    def __init__(self):
+        self.items: list[_Trace] = []
+
+    def append(self, st: "_Trace") -> None:
+        self.items.append(st)
+
+    def pop(self) -> "_Trace":
+        return self.items.pop()
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, k):
+        return self.items[k]
+
+    def __iter__(self):
+        return iter(self.items)
+
+
+class _ThreadValues(threading.local):
+    """Concrete values of traced nodes by ``id`` (see :func:`_wrap`), one table per thread."""
+
+    def __init__(self):
+        self.table: dict[int, tuple[Node, Any]] = {}
+
+    def __getitem__(self, k):
+        return self.table[k]
+
+    def __setitem__(self, k, v):
+        self.table[k] = v
+
+    def __contains__(self, k) -> bool:
+        return k in self.table
+
+    def get(self, k, default=None):
+        return self.table.get(k, default)
+
+    def setdefault(self, k, v):
+        return self.table.setdefault(k, v)
+
+    def keys(self):
+        return self.table.keys()
+
+    def clear(self) -> None:
+        self.table.clear()
+
+    def update(self, other) -> None:
+        self.table.update(other)
+
+
+_current = _ThreadStack()
 
 
 class Tracer:
@@ -500,7 +555,7 @@ def lift(x: Any) -> Tracer:
 # Concrete values by node id, for nodes built through ops.* builders that the tracer did not
 # emit itself (e.g. broadcast_to inserted by a builder): id -> (node, value); the node is kept so
 # that its id cannot be reused by another node during the trace. Cleared at the end of each trace.
-_values: dict[int, tuple[Node, Any]] = {}
+_values = _ThreadValues()
 
 
 def _value(n: Node) -> Any:
