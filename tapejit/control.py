@@ -263,7 +263,8 @@ def _trace_body(st: BodyTrace, fn: Callable, args: tuple) -> Any:
                 _values.setdefault(id(node), (node, outer.bindings[node.attrs[0]]))
 
 
-def _leaf(v: Any, what: str) -> Tracer:
+def _leaf(v: Any) -> Tracer:
+    """A carry or y value as an f64 tracer (bool values are promoted, as numpy does)."""
     t = lift(v)
     if t.node.dtype != "f64":
         t = tracing._build(ops._float, t)
@@ -305,7 +306,7 @@ def _loop(
     outer = tracing._state()
     depth = outer.level
     c_leaves, c_struct = _flatten(init)
-    carries = [_leaf(c, "carry") for c in c_leaves]
+    carries = [_leaf(c) for c in c_leaves]
     x_ts = [x if tracing.dynamic_length(x) is not None else lift(x) for x in xs]
     for x in x_ts:
         if x.node.dtype != "f64":
@@ -330,9 +331,9 @@ def _loop(
         raise TracingError(f"{name}: the body must return a carry with the structure of init")
     tracing._current.append(body_st)
     try:
-        out_c = [_leaf(c, "carry") for c in nc_leaves]
+        out_c = [_leaf(c) for c in nc_leaves]
         y_leaves, y_struct = _flatten(y) if y is not None else ([], None)
-        out_y = [_leaf(v, "y") for v in y_leaves]
+        out_y = [_leaf(v) for v in y_leaves]
     finally:
         tracing._current.pop()
     for k, (a, b) in enumerate(zip(carries, out_c)):
