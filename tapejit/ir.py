@@ -18,6 +18,7 @@ the same object, so common-subexpression elimination happens at construction.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import struct
 import weakref
@@ -88,12 +89,17 @@ def _attr_key(value: Any) -> Any:
 class Node:
     """One SSA value: ``op`` applied to ``args`` (other nodes) with static ``attrs``.
 
-    Nodes are immutable and interned; compare them with ``is``. ``attrs`` is a tuple of
-    hashable values whose meaning is given by the op's row in :mod:`tapejit.ops`.
+    Nodes are immutable and interned (hash-consed); compare them with ``is``. ``attrs`` is a
+    tuple of hashable values whose meaning is given by the op's row in :mod:`tapejit.ops`.
+
+    Common-subexpression elimination happens here, at construction: building an equal
+    ``(op, args, attrs, type)`` returns the existing node, and the operands of a commutative op
+    (:data:`commutative`) are put in a canonical order first — by :func:`digest`, which is the
+    same in every run and process — so ``a*b`` and ``b*a`` are one node and the printed graph
+    (the on-disk cache key) does not depend on which order the user wrote.
     """
 
-    __slots__ = ("op", "args", "attrs", "type", "__weakref__")
-    _table: "weakref.WeakValueDictionary[Any, Node]" = weakref.WeakValueDictionary()
+    __slots__ = ("op", "args", "attrs", "type", "_digest", "_checked", "__weakref__")
 
     op: str
     args: tuple["Node", ...]
@@ -102,16 +108,25 @@ class Node:
 
     def __new__(cls, op: str, args: Iterable["Node"], attrs: tuple, type: Type) -> "Node":
         args = tuple(args)
-        key = (op, tuple(map(id, args)), _attr_key(attrs), type)
-        node = cls._table.get(key)
-        if node is not None and node.args == args:
-            return node
+        if len(args) == 2 and op in commutative and args[0] is not args[1]:
+            if digest(args[1]) < digest(args[0]):
+                args = (args[1], args[0])
+        key = (op, _attr_key(attrs), type, *map(id, args))
+        ref = _table.get(key)
+        if ref is not None:
+            node = ref()
+            if node is not None and node.args == args:
+                return node
         node = object.__new__(cls)
         object.__setattr__(node, "op", op)
         object.__setattr__(node, "args", args)
         object.__setattr__(node, "attrs", attrs)
         object.__setattr__(node, "type", type)
-        cls._table[key] = node
+        object.__setattr__(node, "_digest", None)  # see digest()
+        object.__setattr__(node, "_checked", False)  # see verify()
+        _table[key] = weakref.ref(node)
+        if len(_table) > _sweep_at[0]:
+            _sweep()
         return node
 
     def __setattr__(self, name, value):
@@ -131,6 +146,47 @@ class Node:
 
     def __repr__(self) -> str:
         return f"<Node {self.op} {self.type} attrs={self.attrs}>"
+
+
+#: The interning table: key -> weak reference to the node. Plain weak references (no callback)
+#: are the cheapest to make; dead entries are swept when the table has doubled since the last
+#: sweep, so its size stays within twice the live nodes (amortised O(1) per node). A key holds
+#: the ids of the arguments, which a live node keeps alive, so a live entry's key is never stale.
+_table: dict[tuple, "weakref.ref[Node]"] = {}
+_sweep_at = [1 << 16]
+
+#: Set by :mod:`tapejit.ops`: the binary ops whose operands may be swapped.
+commutative: frozenset[str] = frozenset()
+
+
+def _sweep() -> None:
+    for key in [k for k, r in _table.items() if r() is None]:
+        del _table[key]
+    _sweep_at[0] = max(1 << 16, 2 * len(_table))
+
+
+def digest(n: Node) -> bytes:
+    """A digest of ``n``'s whole expression (op, attributes, type, operands' digests; inputs by
+    position and name): equal for equal expressions, in every run and every process. Computed
+    once per node (blake2b, 16 bytes) and kept on it; iterative, so deep chains are fine."""
+    if n._digest is not None:
+        return n._digest
+    stack = [n]
+    while stack:
+        m = stack[-1]
+        if m._digest is not None:
+            stack.pop()
+            continue
+        todo = [a for a in m.args if a._digest is None]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        h = hashlib.blake2b(f"{m.op}|{m.attrs!r}|{m.type}|".encode(), digest_size=16)
+        for a in m.args:
+            h.update(a._digest)
+        object.__setattr__(m, "_digest", h.digest())
+    return n._digest
 
 
 def toposort(outputs: Iterable[Node]) -> list[Node]:
@@ -219,7 +275,11 @@ class Graph:
             guards=self.guards,
         )
         d.update(changes)
-        return Graph(**d)
+        g = Graph(**d)
+        order = self.__dict__.get("_order")
+        if order is not None and g.outputs == self.outputs and g.guards == self.guards:
+            object.__setattr__(g, "_order", order)  # same outputs and guards: same nodes
+        return g
 
     def users(self) -> dict[int, list[Node]]:
         """Map ``id(node)`` -> the nodes that use it as an argument (with repetition)."""
@@ -276,15 +336,12 @@ class VerifyError(Exception):
     """The IR breaks an invariant (a bug in tapejit, never a user error)."""
 
 
-#: Nodes that passed the per-node checks of :func:`verify` (nodes are immutable, so a node that
-#: was well formed stays so; verifying after every pass then costs O(new nodes)).
-_verified: "weakref.WeakSet[Node]" = weakref.WeakSet()
-
-
 def mark_verified(n: Node) -> None:
     """Record that ``n``'s type was computed by its op's rule (the builders in
-    :mod:`tapejit.ops` do this), so :func:`verify` skips the per-node check for it."""
-    _verified.add(n)
+    :mod:`tapejit.ops` do this), so :func:`verify` skips the per-node check for it. Nodes are
+    immutable, so a node that was well formed stays so: verifying after every pass costs
+    O(new nodes)."""
+    object.__setattr__(n, "_checked", True)
 
 
 #: Set by :mod:`tapejit.ops`: ``(op, arg types, attrs) -> Type``; raises on a bad node.
@@ -304,7 +361,7 @@ def verify(g: Graph) -> Graph:
             if id(n) not in declared:
                 raise VerifyError(f"input {n.attrs} is used but not declared in {g.name}")
             continue
-        if n in _verified:
+        if n._checked:
             continue  # immutable and checked before: still well formed
         if n.op == "const":
             if n.args or len(n.attrs) != 1:
@@ -317,7 +374,7 @@ def verify(g: Graph) -> Graph:
                 raise VerifyError(f"bad node {n!r}: {e}") from e
             if t != n.type:
                 raise VerifyError(f"node {n!r} has type {n.type}, its op rule gives {t}")
-        _verified.add(n)
+        mark_verified(n)
     for c, expected, _ in g.guards:
         if c.type != Type((), "bool") or not isinstance(expected, bool):
             raise VerifyError(f"guard condition {c!r} must be a bool scalar with a bool outcome")

@@ -50,6 +50,12 @@ CONTROL = ("loop",)
 LEAF = ("input", "const")
 #: Ops whose result is piecewise constant in their float arguments: no cotangent flows through.
 NONDIFFERENTIABLE = ("sign",) + COMPARE + LOGICAL + CAST
+#: Binary ops whose operands may be swapped: IEEE add and mul are commutative bit for bit, and
+#: ``maximum``/``minimum`` are lowered to ``llvm.maximum``/``llvm.minimum``, which order signed
+#: zeros (numpy's reference returns its second operand on a tie, so ``maximum(0.0, -0.0)`` may
+#: differ in the sign of zero there). The IR puts their operands in a canonical order at
+#: construction (:class:`tapejit.ir.Node`).
+COMMUTATIVE = ("add", "mul", "maximum", "minimum", "eq", "ne", "and", "or")
 
 
 class RuleError(NotImplementedError):
@@ -85,11 +91,29 @@ def _def(name, group, arity, type_rule, ref, vjp=None):
 # Type rules
 
 
-def _same_shape(types: tuple[Type, ...]) -> tuple[int, ...]:
-    shapes = {t.shape for t in types if t.shape != ()}
-    if len(shapes) > 1:
-        raise ValueError(f"elementwise operands must share one shape or be scalars, got {shapes}")
-    return shapes.pop() if shapes else ()
+def _common(types: tuple[Type, ...]) -> Type | None:
+    """The type of the non-scalar operands of an elementwise op (``None`` if all are scalars);
+    they must all have one shape (implicit broadcasting in the IR is of scalars only)."""
+    common = None
+    for t in types:
+        if t.shape != ():
+            if common is None:
+                common = t
+            elif t.shape != common.shape:
+                shapes = {t.shape for t in types if t.shape != ()}
+                raise ValueError(
+                    f"elementwise operands must share one shape or be scalars, got {shapes}"
+                )
+    return common
+
+
+def _result(types: tuple[Type, ...], dtype: str) -> Type:
+    """The result type of an elementwise op: the operands' common shape with ``dtype`` (an
+    operand's own Type object when it matches, so no new Type is built per node)."""
+    common = _common(types)
+    if common is None:
+        return types[0] if types and types[0].dtype == dtype else Type((), dtype)
+    return common if common.dtype == dtype else Type(common.shape, dtype)
 
 
 def _need(types, dtype, what):
@@ -100,24 +124,25 @@ def _need(types, dtype, what):
 
 def _arith(types, attrs):
     _need(types, "f64", "arithmetic")
-    return Type(_same_shape(types), "f64")
+    return _result(types, "f64")
 
 
 def _compare(types, attrs):
     _need(types, "f64", "comparison")
-    return Type(_same_shape(types), "bool")
+    return _result(types, "bool")
 
 
 def _logical(types, attrs):
     _need(types, "bool", "logical op")
-    return Type(_same_shape(types), "bool")
+    return _result(types, "bool")
 
 
 def _where(types, attrs):
     c, a, b = types
     _need((c,), "bool", "where condition")
     _need((a, b), "f64", "where branches")
-    return Type(_same_shape(types), "f64")
+    common = _common(types)
+    return Type(() if common is None else common.shape, "f64")
 
 
 def _cast(types, attrs):
@@ -234,6 +259,7 @@ def type_rule(op: str, types: tuple[Type, ...], attrs: tuple) -> Type:
 
 
 ir.type_rule = type_rule
+ir.commutative = frozenset(COMMUTATIVE)
 
 # ----------------------------------------------------------------------------------------------
 # Builders: the one way the front end makes nodes.
@@ -242,7 +268,7 @@ ir.type_rule = type_rule
 def make(op: str, *args: Node, attrs: tuple = ()) -> Node:
     """The node ``op(*args)``, typed by the op's rule (so :func:`tapejit.ir.verify` need not
     check it again)."""
-    node = Node(op, args, attrs, type_rule(op, tuple(a.type for a in args), attrs))
+    node = Node(op, args, attrs, type_rule(op, tuple([a.type for a in args]), attrs))
     ir.mark_verified(node)
     return node
 
@@ -267,7 +293,11 @@ def broadcast_to(x: Node, shape: tuple[int, ...]) -> Node:
 
 
 def _bcast(*xs: Node) -> tuple[Node, ...]:
-    shape = np.broadcast_shapes(*(x.shape for x in xs))
+    shapes = {x.shape for x in xs}
+    shapes.discard(())
+    if len(shapes) <= 1:
+        return xs  # one shape, or scalars (which elementwise ops broadcast implicitly)
+    shape = np.broadcast_shapes(*shapes)
     return tuple(x if x.shape in ((), shape) else broadcast_to(x, shape) for x in xs)
 
 
