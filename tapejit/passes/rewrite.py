@@ -17,6 +17,9 @@ import numpy as np
 from .. import ops
 from ..ir import NUMPY_DTYPE, Graph, Node, Type
 
+#: Nodes no rule rewrites.
+_LEAVES = frozenset({"input", "const"})
+
 #: Most rule applications on one node before the rewriter stops (guards against rule cycles).
 MAX_STEPS = 32
 
@@ -48,6 +51,10 @@ class Rewriter:
         i = self._const_input.get(id(n))
         return None if i is None else self.bindings[i]
 
+    def known(self, n: Node) -> bool:
+        """Whether :meth:`constant` has a value for ``n`` (without building it)."""
+        return n.op == "const" or id(n) in self._const_input
+
     def bind(self, value: np.ndarray, t: Type) -> Node:
         """A new captured-constant input holding ``value`` (a C-contiguous copy of type ``t``)."""
         node = Node("input", (), (len(self.inputs), f"fold{next(_fold_names)}"), t)
@@ -66,15 +73,13 @@ class Rewriter:
             hit = memo.get(id(n))
             if hit is not None:
                 return hit[1]
-            if n.op in ("input", "const"):
+            if n.op in _LEAVES:
                 memo[id(n)] = (n, n)
                 return n
-            args = tuple(settle(a) for a in n.args)  # recurses only into nodes new to the graph
-            m = (
-                n
-                if all(a is b for a, b in zip(args, n.args))
-                else Node(n.op, args, n.attrs, n.type)
-            )
+            return finish(n, tuple([settle(a) for a in n.args]))  # recurses into new nodes only
+
+        def finish(n: Node, args: tuple[Node, ...]) -> Node:
+            m = n if args == n.args else Node(n.op, args, n.attrs, n.type)  # == is identity
             for _ in range(MAX_STEPS):
                 r = rule(m, self)
                 if r is None or r is m:
@@ -87,7 +92,12 @@ class Rewriter:
             return m
 
         for n in self.g.nodes:  # topological: arguments are settled before their users
-            settle(n)
+            if id(n) in memo:
+                continue
+            if n.op in _LEAVES:
+                memo[id(n)] = (n, n)
+            else:
+                finish(n, tuple([memo[id(a)][1] for a in n.args]))
         outputs = tuple(settle(o) for o in self.g.outputs)
         guards = tuple((settle(c), e, w) for c, e, w in self.g.guards)
         return self.g.replace(

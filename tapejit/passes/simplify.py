@@ -43,6 +43,10 @@ def _is(x: Node, value: float) -> bool:
     return v is not None and not isinstance(v, bool) and v == value
 
 
+#: Ops whose node may be a scalar in disguise (see :func:`_scalar`).
+_SCALAR_LIKE = frozenset({"const", "broadcast_to", "reshape"})
+
+
 def _scalar(x: Node) -> Node | None:
     """``x`` as a scalar if it is one, a broadcast scalar, or a constant fill; else ``None``."""
     if x.shape == ():
@@ -59,11 +63,9 @@ def _scalar(x: Node) -> Node | None:
 
 
 def _fold(n: Node, rw: Rewriter) -> Node | None:
-    if n.op in ("input", "const") or not n.args:
+    if not n.args or not all(rw.known(a) for a in n.args):
         return None
     values = [rw.constant(a) for a in n.args]
-    if any(v is None for v in values):
-        return None
     with np.errstate(all="ignore"):
         v = np.asarray(ops.OPS[n.op].ref(n.attrs, *values), dtype=NUMPY_DTYPE[n.dtype])
     if v.shape != n.shape:
@@ -180,8 +182,8 @@ def _where(n, rw):
 def _scalarise(n, rw):
     """An elementwise op on broadcast scalars: operate on the scalars (``exp(broadcast s)`` is
     ``broadcast exp(s)``) and pass scalar operands directly (elementwise ops broadcast them)."""
-    if n.shape == ():
-        return None
+    if n.shape == () or all(a.shape != () and a.op not in _SCALAR_LIKE for a in n.args):
+        return None  # the common case, decided without building anything
     bases = [_scalar(a) for a in n.args]
     if all(b is not None for b in bases):
         return ops.broadcast_to(ops.make(n.op, *bases, attrs=n.attrs), n.shape)
