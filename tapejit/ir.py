@@ -73,12 +73,15 @@ _PLAIN = (int, str, bool, type(None))
 def _attr_key(value: Any) -> Any:
     """Hashable key of an attribute that tells -0.0 from 0.0 (CSE must not merge them)."""
     t = type(value)
+    if t is tuple:
+        for v in value:
+            if type(v) not in _PLAIN:
+                return tuple(_attr_key(v) for v in value)
+        return value  # ints, strings, bools, None: the tuple is its own key (the common case)
     if t in _PLAIN:
         return value
     if t is float:
         return ("f", struct.pack("<d", value))
-    if t is tuple:
-        return tuple(v if type(v) in _PLAIN else _attr_key(v) for v in value)
     if t is slice:
         return ("s", value.start, value.stop, value.step)
     if isinstance(value, float):  # numpy floats
@@ -107,11 +110,14 @@ class Node:
     type: Type
 
     def __new__(cls, op: str, args: Iterable["Node"], attrs: tuple, type: Type) -> "Node":
-        args = tuple(args)
-        if len(args) == 2 and op in commutative and args[0] is not args[1]:
-            if digest(args[1]) < digest(args[0]):
-                args = (args[1], args[0])
-        key = (op, _attr_key(attrs), type, *map(id, args))
+        if args.__class__ is not tuple:
+            args = tuple(args)
+        if op in commutative and len(args) == 2:
+            x, y = args
+            if x is not y and (y._digest or digest(y)) < (x._digest or digest(x)):
+                args = (y, x)
+        # the Type's fields, not the Type: a dataclass hashes in Python, tuples and strs in C
+        key = (op, _attr_key(attrs), type.shape, type.dtype, *map(id, args))
         ref = _table.get(key)
         if ref is not None:
             node = ref()

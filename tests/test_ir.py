@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from tapejit import ops, tracing
-from tapejit.ir import Graph, Node, Type, VerifyError, format_graph, toposort, verify
+from tapejit.ir import Graph, Node, Type, VerifyError, digest, format_graph, toposort, verify
 
 
 def _x(shape=(4,)):
@@ -23,6 +27,44 @@ def test_nodes_are_hash_consed():
 
 def test_signed_zero_constants_stay_distinct():
     assert ops.const(0.0) is not ops.const(-0.0)
+
+
+def test_intern_table_forgets_dead_nodes():
+    """The table holds weak references and sweeps dead ones: compiling many models in one
+    process must not keep every node ever built."""
+    from tapejit import ir
+
+    keep = ops.const(1.5)
+    for i in range(300_000):
+        ops.const(float(i) + 0.25)  # dropped at once
+    assert len(ir._table) <= 2 * (1 << 16)
+    assert ops.const(1.5) is keep
+
+
+def test_commutative_operand_order_is_structural():
+    """Canonical operand order comes from the operands' expressions (:func:`digest`), not from
+    which was built first or from the process: two processes print the same graph, which is
+    what the on-disk cache key needs."""
+    x, y = _x(), Node("input", (), (1, "y"), Type((4,), "f64"))
+    e, sn = ops.elementwise("exp", x), ops.elementwise("sin", y)
+    s = ops.add(sn, e)
+    assert ops.add(e, sn) is s
+    assert digest(s.args[0]) < digest(s.args[1])
+    code = (
+        "from tapejit import ops; from tapejit.ir import Node, Type, digest;"
+        "x = Node('input', (), (0, 'x'), Type((4,), 'f64'));"
+        "y = Node('input', (), (1, 'y'), Type((4,), 'f64'));"
+        "s = ops.add(ops.elementwise('exp', x), ops.elementwise('sin', y));"
+        "print(digest(s).hex(), s.args[0].op)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    ).stdout.split()
+    assert out == [digest(s).hex(), s.args[0].op]
 
 
 def test_nodes_are_immutable():
