@@ -53,6 +53,31 @@ def test_a_different_program_is_a_different_entry(tmp_path):
     assert cache_key("m", "tapejit-1") != cache_key("m", "tapejit-2")
 
 
+def test_the_key_tells_apart_what_changes_the_code(tmp_path):
+    """The key is built from node digests, not the printed trace: it must still separate
+    constants (including the sign of zero), operand order of non-commutative ops, a loop body's
+    contents and argument order, and must not separate ``x*y`` from ``y*x``."""
+    cache = ObjectCache(tmp_path)
+    x, y = RNG.random(4), RNG.random(4)
+    variants = [
+        lambda x, y: np.sum(x * y),
+        lambda x, y: np.sum(x * y + 0.0),
+        lambda x, y: np.sum(x * y + -0.0),
+        lambda x, y: np.sum(x - y),
+        lambda x, y: np.sum(y - x),
+        lambda x, y: tj.fori_loop(0, 3, lambda i, c: c * x, y).sum(),
+        lambda x, y: tj.fori_loop(0, 3, lambda i, c: c + x, y).sum(),
+        lambda x, y: tj.fori_loop(0, 4, lambda i, c: c + x, y).sum(),
+    ]
+    for f in variants:
+        tj.compile(f, x, y, argnums=(0, 1), cache=cache)
+    tj.compile(variants[0], x, y, argnums=(1, 0), cache=cache)
+    assert cache.info()["entries"] == len(variants) + 1
+    again = tj.compile(lambda x, y: np.sum(y * x), x, y, argnums=(0, 1), cache=cache)
+    assert again.stats["cache"] == "hit"
+    assert cache.info()["entries"] == len(variants) + 1
+
+
 def _garble(path):
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
