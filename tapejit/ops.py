@@ -480,6 +480,25 @@ def _pow_vjp(g, out, x, y):
     return gx, gy
 
 
+def _transpose2(x: Node) -> Node:
+    """``x.T`` of a 2-D ``x``; with a unit dimension that is the same element order, a reshape
+    (a view, never a copy)."""
+    return reshape(x, x.shape[::-1]) if 1 in x.shape else transpose(x)
+
+
+def _matmul_vjp(g, a, b):
+    """``g @ b.T`` and ``a.T @ g``. When ``g`` is one column (a matrix-vector product, the
+    common case), ``a.T @ g`` is computed as ``(g.T @ a).T`` — the same products summed in the
+    same order, so bit-identical — which reads ``a`` in place: ``a.T`` would be a gather that
+    matmul needs materialised, a copy of ``a`` per call."""
+    ga = matmul(g, _transpose2(b))
+    if g.shape[1] == 1:
+        gb = reshape(matmul(reshape(g, (1, g.shape[0])), a), (a.shape[1], 1))
+    else:
+        gb = matmul(_transpose2(a), g)
+    return ga, gb
+
+
 _VJP = {
     "neg":     lambda g, out, x: (neg(g),),
     "exp":     lambda g, out, x: (mul(g, out),),
@@ -506,7 +525,7 @@ _VJP = {
     "transpose": lambda g, out, x: (transpose(g, tuple(np.argsort(out.attrs[0]).tolist())),),
     "index":     lambda g, out, x: (Sparse(g, out.attrs),),
     "scatter_add": lambda g, out, acc, upd: (g, index(g, out.attrs)),
-    "matmul":    lambda g, out, a, b: (matmul(g, transpose(b)), matmul(transpose(a), g)),
+    "matmul":    lambda g, out, a, b: _matmul_vjp(g, a, b),
 }  # fmt: skip
 _NO_COTANGENT = lambda g, out, *args: (None,) * len(args)  # noqa: E731
 

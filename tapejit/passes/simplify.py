@@ -228,6 +228,9 @@ def _transpose(n, rw):
     if x.op == "transpose":
         perm = tuple(x.attrs[0][p] for p in n.attrs[0])
         return ops.transpose(x.args[0], perm)
+    moved = [p for p in n.attrs[0] if x.shape[p] != 1]
+    if moved == sorted(moved):  # only unit axes move: the same element order, a view
+        return ops.reshape(x, n.shape)
     s = _scalar(x)
     return None if s is None else ops.broadcast_to(s, n.shape)
 
@@ -268,7 +271,7 @@ RULES: list[tuple[str, tuple[str, ...] | None, object, str]] = [
     ("cast", ("cast",), _cast, "exact"),
     ("broadcast", ("broadcast_to",), _broadcast, "exact"),
     ("reshape", ("reshape",), _reshape, "exact"),
-    ("transpose", ("transpose",), _transpose, "exact"),
+    ("transpose", ("transpose",), _transpose, "exact: also one that moves only unit axes"),
     ("index", ("index",), _index, "exact: indexing a broadcast scalar"),
     ("reduce-sum", ("reduce_sum",), _reduce_sum, "sum of a broadcast s -> count*s (rounding)"),
     ("reduce-max", ("reduce_max",), _reduce_max, "exact"),
