@@ -102,7 +102,11 @@ class Node:
     (the on-disk cache key) does not depend on which order the user wrote.
     """
 
-    __slots__ = ("op", "args", "attrs", "type", "_digest", "_checked", "__weakref__")
+    #: ``_digest``, ``_checked`` and ``_sched`` cache facts derived from the node alone (so never
+    #: stale): its :func:`digest`, whether :func:`verify` passed it, and its scheduling class
+    #: (:func:`tapejit.passes.fusion.classify`). Slots, because a side table keyed by node
+    #: costs a weak reference per node and a Python-level lookup per query.
+    __slots__ = ("op", "args", "attrs", "type", "_digest", "_checked", "_sched", "__weakref__")
 
     op: str
     args: tuple["Node", ...]
@@ -130,6 +134,7 @@ class Node:
         object.__setattr__(node, "type", type)
         object.__setattr__(node, "_digest", None)  # see digest()
         object.__setattr__(node, "_checked", False)  # see verify()
+        object.__setattr__(node, "_sched", None)
         _table[key] = weakref.ref(node)
         if len(_table) > _sweep_at[0]:
             _sweep()

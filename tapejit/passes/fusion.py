@@ -33,7 +33,6 @@ op, an own-loop op or a reshape, or is read by a loop other than its own and not
 from __future__ import annotations
 
 import bisect
-import weakref
 from dataclasses import dataclass, field
 
 from .. import ops
@@ -60,16 +59,14 @@ def op_cost(n: Node) -> int:
     return 0 if n.op == "const" else OP_COST.get(n.op, 1)
 
 
-_classes: "weakref.WeakKeyDictionary[Node, str]" = weakref.WeakKeyDictionary()
-
-
 def classify(n: Node) -> str:
     """How ``n`` is scheduled: ``leaf``, ``scalar``, ``point``, ``body``, ``gather``,
     ``reduce``, ``alias`` or ``op`` (see the module docstring). Nodes are immutable, so the
-    answer is remembered for as long as the node lives."""
-    c = _classes.get(n)
+    answer is kept on the node (its ``_sched`` slot)."""
+    c = n._sched
     if c is None:
-        c = _classes[n] = _classify(n)
+        c = _classify(n)
+        object.__setattr__(n, "_sched", c)
     return c
 
 
