@@ -306,9 +306,18 @@ def _float(x: Node) -> Node:
 
 
 def elementwise(op: str, *args: Node) -> Node:
-    """``op`` with numpy broadcasting and numpy's promotion of bool operands to float."""
+    """``op`` with numpy broadcasting and numpy's promotion of bool operands to float.
+    ``x * 1`` is ``x`` when ``x`` has the result's shape (exact in IEEE arithmetic): reverse
+    mode seeds the cotangent with ones, and a product with them would otherwise be removed only
+    by the simplifier, which then rebuilds every node downstream of it."""
     if op in BINARY or op in UNARY or op in COMPARE:
         args = tuple(_float(a) for a in args)
+    if op == "mul":
+        x, y = args
+        if is_const(y, 1.0) and x.shape == np.broadcast_shapes(x.shape, y.shape):
+            return x
+        if is_const(x, 1.0) and y.shape == np.broadcast_shapes(x.shape, y.shape):
+            return y
     elif op == "where":
         c, a, b = args
         if c.dtype != "bool":
@@ -368,7 +377,13 @@ def reduce(op: str, x: Node, axes: tuple[int, ...] | None = None) -> Node:
 
 
 def reshape(x: Node, shape: tuple[int, ...]) -> Node:
+    """``x`` viewed with ``shape``; a reshape of a reshape is one reshape of the original, and
+    of a constant fill a fill."""
     shape = tuple(shape)
+    if x.op == "const":
+        return const(x.attrs[0], shape, x.dtype)
+    if x.op == "reshape":
+        x = x.args[0]
     return x if x.shape == shape else make("reshape", x, attrs=(shape,))
 
 
