@@ -470,6 +470,9 @@ class Lowering:
 TAPE_MIN = 16
 
 
+_COMMUTATIVE = frozenset(ops.COMMUTATIVE)
+
+
 class Interface:
     """The parameters of a loop kernel as a function, and its structural key.
 
@@ -534,7 +537,10 @@ class Interface:
                 self.gather_offsets.append(offset)
                 line = f"gather|{n.type}|{strides}|{n.args[0].dtype}<g{self.gathers[id(n)]}"
             else:
-                line = f"{n.op}|{n.attrs!r}|{n.type}|" + ",".join(ref(a) for a in n.args)
+                refs = [ref(a) for a in n.args]  # in order: ref() numbers new parameters
+                if n.op in _COMMUTATIVE:
+                    refs.sort()  # a*b and b*a give the same bits: let them share a function
+                line = f"{n.op}|{n.attrs!r}|{n.type}|" + ",".join(refs)
             if id(n) in L.prog.slots:
                 line += f">p{buf(n)}"
             if n.shape == () and n.op in ops.REDUCE:
