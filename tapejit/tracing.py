@@ -260,16 +260,33 @@ class _ThreadValues(threading.local):
 _current = _ThreadStack()
 
 
-class Tracer:
-    """A traced value: an IR ``node`` and its concrete ``value`` on the example input."""
+#: A tracer's value not computed yet (see :attr:`Tracer.value`).
+_UNSET: Any = object()
 
-    __slots__ = ("node", "value", "level")
+
+class Tracer:
+    """A traced value: an IR ``node`` and its concrete ``value`` on the example input.
+
+    The value of an op's result is computed only when something asks for it — a guard (Python
+    control flow on it), ``float()``, a loop's example carry — by evaluating the op's numpy
+    reference on its arguments' values (:func:`_evaluate`). Most traced ops are never asked:
+    a model without guards traces without running numpy at all (half of the tracing time when
+    every op was evaluated eagerly)."""
+
+    __slots__ = ("node", "_value", "level")
     __array_priority__ = 1000
 
-    def __init__(self, node: Node, value: np.ndarray, level: int | None = None):
+    def __init__(self, node: Node, value: Any = _UNSET, level: int | None = None):
         self.node = node
-        self.value = value
+        self._value = value
         self.level = len(_current) if level is None else level  # nesting depth of its trace
+
+    @property
+    def value(self) -> Any:
+        v = self._value
+        if v is _UNSET:
+            v = self._value = _evaluate(self.node)
+        return v
 
     # -- numpy-like attributes --------------------------------------------------------------
     shape = property(lambda self: _check_static(self) or self.node.shape)
@@ -562,11 +579,13 @@ def _value(n: Node) -> Any:
     return _values[id(n)][1]
 
 
-def _wrap(node: Node) -> Tracer:
-    """Tracer for a node built by an ops builder, evaluating any intermediate nodes it made.
-
-    Visits only the nodes not evaluated yet (the new ones), so tracing stays linear in the
-    number of operations."""
+def _evaluate(node: Node) -> Any:
+    """The concrete value of ``node`` on the example input: the op's numpy reference applied to
+    its arguments' values, computing (and keeping in :data:`_values`) those not known yet.
+    Iterative, and visits only nodes not evaluated yet, so tracing stays linear."""
+    hit = _values.get(id(node))
+    if hit is not None:
+        return hit[1]
     stack = [node]
     while stack:
         n = stack[-1]
@@ -586,7 +605,12 @@ def _wrap(node: Node) -> Tracer:
             with np.errstate(all="ignore"):
                 value = ops.OPS[n.op].ref(n.attrs, *(_value(a) for a in n.args))
         _values[id(n)] = (n, value)
-    return Tracer(node, _value(node))
+    return _value(node)
+
+
+def _wrap(node: Node) -> Tracer:
+    """Tracer for a node built by an ops builder (its value is computed on demand)."""
+    return Tracer(node)
 
 
 def _build(fn: Callable[..., Node], *xs: Any, **kw) -> Tracer:
@@ -595,7 +619,8 @@ def _build(fn: Callable[..., Node], *xs: Any, **kw) -> Tracer:
         for t in ts:
             _check_static(t)
     for t in ts:
-        _values.setdefault(id(t.node), (t.node, t.value))
+        if t._value is not _UNSET:  # a leaf or an evaluated value: evaluation may need it
+            _values.setdefault(id(t.node), (t.node, t._value))
     try:
         node = fn(*(t.node for t in ts), **kw)
     except (ValueError, TypeError, IndexError) as e:
