@@ -118,7 +118,7 @@ class Node:
             args = tuple(args)
         if op in commutative and len(args) == 2:
             x, y = args
-            if x is not y and (y._digest or digest(y)) < (x._digest or digest(x)):
+            if x is not y and y._digest < x._digest:
                 args = (y, x)
         # the Type's fields, not the Type: a dataclass hashes in Python, tuples and strs in C
         key = (op, _attr_key(attrs), type.shape, type.dtype, *map(id, args))
@@ -132,7 +132,10 @@ class Node:
         object.__setattr__(node, "args", args)
         object.__setattr__(node, "attrs", attrs)
         object.__setattr__(node, "type", type)
-        object.__setattr__(node, "_digest", None)  # see digest()
+        h = hashlib.blake2b(f"{op}|{attrs!r}|{_type_text(type)}|".encode(), digest_size=16)
+        for a in args:
+            h.update(a._digest)
+        object.__setattr__(node, "_digest", h.digest())  # see digest()
         object.__setattr__(node, "_checked", False)  # see verify()
         object.__setattr__(node, "_sched", None)
         _table[key] = weakref.ref(node)
@@ -178,26 +181,22 @@ def _sweep() -> None:
 
 def digest(n: Node) -> bytes:
     """A digest of ``n``'s whole expression (op, attributes, type, operands' digests; inputs by
-    position and name): equal for equal expressions, in every run and every process. Computed
-    once per node (blake2b, 16 bytes) and kept on it; iterative, so deep chains are fine."""
-    if n._digest is not None:
-        return n._digest
-    stack = [n]
-    while stack:
-        m = stack[-1]
-        if m._digest is not None:
-            stack.pop()
-            continue
-        todo = [a for a in m.args if a._digest is None]
-        if todo:
-            stack.extend(todo)
-            continue
-        stack.pop()
-        h = hashlib.blake2b(f"{m.op}|{m.attrs!r}|{m.type}|".encode(), digest_size=16)
-        for a in m.args:
-            h.update(a._digest)
-        object.__setattr__(m, "_digest", h.digest())
+    position and name): equal for equal expressions, in every run and every process. A Merkle
+    hash (blake2b, 16 bytes) computed when the node is built, from its operands' digests."""
     return n._digest
+
+
+_type_texts: dict[Type, str] = {}
+
+
+def _type_text(t: Type) -> str:
+    """``str(t)``, remembered (few distinct types occur; formatting one costs a join)."""
+    s = _type_texts.get(t)
+    if s is None:
+        s = _type_texts[t] = str(t)
+        if len(_type_texts) > 65536:
+            _type_texts.clear()
+    return s
 
 
 def toposort(outputs: Iterable[Node]) -> list[Node]:

@@ -546,7 +546,7 @@ def _state() -> _Trace:
 def lift(x: Any) -> Tracer:
     """``x`` as a tracer: tracers pass through; scalars become constants; arrays are captured."""
     if isinstance(x, Tracer):
-        depth = len(_current)
+        depth = len(_current.items)
         if x.level == depth or x.node.op == "const" or not depth:
             return x
         if x.level > depth:
@@ -614,18 +614,21 @@ def _wrap(node: Node) -> Tracer:
 
 
 def _build(fn: Callable[..., Node], *xs: Any, **kw) -> Tracer:
-    ts = [lift(x) for x in xs]
-    if _current and _current[0].dynamic:
+    # the per-op path of tracing: thread-local tables read once, no wrapper calls
+    items, table = _current.items, _values.table
+    depth = len(items)
+    ts = [x if x.__class__ is Tracer and x.level == depth else lift(x) for x in xs]
+    if items and items[0].dynamic:
         for t in ts:
             _check_static(t)
     for t in ts:
         if t._value is not _UNSET:  # a leaf or an evaluated value: evaluation may need it
-            _values.setdefault(id(t.node), (t.node, t._value))
+            table.setdefault(id(t.node), (t.node, t._value))
     try:
-        node = fn(*(t.node for t in ts), **kw)
+        node = fn(*[t.node for t in ts], **kw)
     except (ValueError, TypeError, IndexError) as e:
         raise _fail(str(e)) from None
-    return _wrap(node)
+    return Tracer(node, _UNSET, depth)
 
 
 def _unary(op, x):
@@ -865,7 +868,8 @@ def dynamic_length(x: Any) -> "Tracer | None":
 
 
 def _check_static(t: "Tracer") -> None:
-    if _current and _current[0].dynamic and dynamic_length(t) is not None:
+    items = _current.items
+    if items and items[0].dynamic and dynamic_length(t) is not None:
         raise _fail(
             "an argument with a dynamic length (dynamic_argnums) can only be passed to "
             "tapejit.scan as xs; its length is not known when compiling"
