@@ -14,6 +14,7 @@ uses). Both run object code in an engine, so a loaded library gives bit-identica
 from __future__ import annotations
 
 import time
+import zlib
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -34,14 +35,22 @@ class CodeLibrary:
         self,
         engine: llvm.ExecutionEngine,
         tm: llvm.TargetMachine,
-        llvm_ir: str,
+        llvm_ir: str | bytes,
         obj: bytes | None,
         mod: llvm.ModuleRef | None,
         timings: dict[str, float],
     ):
         self._engine, self._tm, self._mod = engine, tm, mod
-        self.llvm_ir, self.object, self.timings = llvm_ir, obj, timings
+        self._llvm_ir, self.object, self.timings = llvm_ir, obj, timings
         self._asm: str | None = None
+
+    @property
+    def llvm_ir(self) -> str:
+        """The optimised LLVM IR text (decompressed on first access when the library was loaded
+        with compressed text: most processes that load a cached library never read it)."""
+        if isinstance(self._llvm_ir, bytes):
+            self._llvm_ir = zlib.decompress(self._llvm_ir).decode()
+        return self._llvm_ir
 
     @staticmethod
     def prepare(module: ir.Module) -> str:
@@ -78,9 +87,9 @@ class CodeLibrary:
         return cls(engine, tm, llvm_ir, obj, mod, timings)
 
     @classmethod
-    def load(cls, obj: bytes, llvm_ir: str) -> "CodeLibrary":
+    def load(cls, obj: bytes, llvm_ir: str | bytes) -> "CodeLibrary":
         """A library running the object code ``obj`` (``llvm_ir``: its optimised IR, for
-        :attr:`llvm_ir` and :attr:`asm`)."""
+        :attr:`llvm_ir` and :attr:`asm`, as text or as zlib-compressed UTF-8)."""
         target.initialise()
         tm = target.target_machine()
         t0 = time.perf_counter()

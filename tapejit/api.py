@@ -159,7 +159,7 @@ class _Built:
     shapes: tuple[tuple[int, ...], ...]  # runtime arguments
     consts: list[np.ndarray]  # constant inputs after the passes (folded, unused ones dropped)
     stats: dict[str, Any]
-    llvm: str  # the module's text before optimisation
+    llvm: str | bytes  # the module's text before optimisation (or zlib-compressed text)
     lib: CodeLibrary
 
     def entry(self, trace: Graph) -> dict[str, bytes]:
@@ -190,8 +190,9 @@ class _Built:
             "stats": self.stats,
         }
         parts["object"] = self.lib.object
-        parts["llvm"] = zlib.compress(self.llvm.encode())
-        parts["llvm-opt"] = zlib.compress(self.lib.llvm_ir.encode())
+        # level 1: a third of level 6's time (4 vs 12 ms for 1.3 MB of LLVM IR), 1.5x the size
+        parts["llvm"] = zlib.compress(self.llvm.encode(), 1)
+        parts["llvm-opt"] = zlib.compress(self.lib.llvm_ir.encode(), 1)
         parts["meta"] = json.dumps(meta).encode()
         return parts
 
@@ -209,8 +210,7 @@ class _Built:
                     consts.append(np.ascontiguousarray(trace.bindings[i]))
                 else:
                     consts.append(np.load(io.BytesIO(parts[f"const{i}"]), allow_pickle=False))
-            llvm = zlib.decompress(parts["llvm"]).decode()
-            llvm_opt = zlib.decompress(parts["llvm-opt"]).decode()
+            llvm, llvm_opt = parts["llvm"], parts["llvm-opt"]  # decompressed when read
             shapes = tuple(tuple(int(d) for d in s) for s in meta["shapes"])
             fields = (meta["symbol"], int(meta["n_inputs"]), int(meta["n_outputs"]))
             stats = meta["stats"]
@@ -586,6 +586,8 @@ class GradientFunction(functools.partial):
         if stage in self._stages:
             return str(self._stages[stage])
         if stage == "llvm":
+            if isinstance(self._llvm, bytes):
+                self._llvm = zlib.decompress(self._llvm).decode()
             return self._llvm
         if stage == "llvm-opt":
             return self._lib.llvm_ir
