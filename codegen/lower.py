@@ -681,7 +681,7 @@ def _lower_index(L: Lowering, n: Node) -> None:
 
 def _lower_matmul(L: Lowering, n: Node) -> None:
     a, bm = n.args
-    (m, k), (_, cols) = a.shape, bm.shape
+    m, k, cols = ops.matmul_dims(a.shape, bm.shape)  # a vector operand is one row / column
     b = L.b
     with L.nest((m, cols)) as (i, j):
         acc = L.accumulator(0.0)

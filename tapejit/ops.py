@@ -236,12 +236,26 @@ def _scatter_add(types, attrs):
     return acc
 
 
+def matmul_dims(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, int, int]:
+    """``(m, k, n)`` of a ``matmul`` node's operand shapes: ``(m,k) @ (k,n)``, or with a vector
+    on either side, ``(m,k) @ (k,)`` (n = 1) and ``(k,) @ (k,n)`` (m = 1), as numpy defines."""
+    m, k = a if len(a) == 2 else (1, a[0])
+    k2, n = b if len(b) == 2 else (b[0], 1)
+    if k != k2:
+        raise ValueError(f"matmul operands {a} @ {b} are not aligned")
+    return m, k, n
+
+
 def _matmul(types, attrs):
     a, b = types
     _need(types, "f64", "matmul")
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"matmul needs (m,k) @ (k,n) operands, got {a.shape} @ {b.shape}")
-    return Type((a.shape[0], b.shape[1]), "f64")
+    if (a.ndim, b.ndim) not in ((2, 2), (2, 1), (1, 2)):
+        raise ValueError(
+            f"matmul needs (m,k) @ (k,n), (m,k) @ (k,) or (k,) @ (k,n) operands, "
+            f"got {a.shape} @ {b.shape}"
+        )
+    matmul_dims(a.shape, b.shape)
+    return Type(a.shape[:1] if b.ndim == 1 else a.shape[:-1] + b.shape[1:], "f64")
 
 
 def _leaf(types, attrs):
@@ -397,16 +411,16 @@ def index(x: Node, items: tuple) -> Node:
 
 
 def matmul(a: Node, b: Node) -> Node:
-    """numpy's ``a @ b`` for 1-D and 2-D operands (vectors are reshaped to matrices)."""
+    """numpy's ``a @ b`` for 1-D and 2-D operands: one ``matmul`` node, except vector @ vector,
+    which is a (1,k) @ (k,1) product reshaped to a scalar."""
     if a.ndim == 0 or b.ndim == 0 or a.ndim > 2 or b.ndim > 2:
         raise ValueError(f"matmul supports 1-D and 2-D operands, got {a.shape} @ {b.shape}")
-    a2 = reshape(_float(a), (1, a.shape[0])) if a.ndim == 1 else _float(a)
-    b2 = reshape(_float(b), (b.shape[0], 1)) if b.ndim == 1 else _float(b)
-    if a2.shape[1] != b2.shape[0]:
+    a, b = _float(a), _float(b)
+    if a.shape[-1] != b.shape[0]:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} are not aligned")
-    out = make("matmul", a2, b2)
-    shape = (a.shape[:1] if a.ndim == 2 else ()) + (b.shape[1:] if b.ndim == 2 else ())
-    return reshape(out, shape)
+    if a.ndim == 1 and b.ndim == 1:
+        return reshape(make("matmul", reshape(a, (1, a.shape[0])), b), ())
+    return make("matmul", a, b)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -502,13 +516,18 @@ def _transpose2(x: Node) -> Node:
 
 
 def _matmul_vjp(g, a, b):
-    """``g @ b.T`` and ``a.T @ g``. When ``g`` is one column (a matrix-vector product, the
-    common case), ``a.T @ g`` is computed as ``(g.T @ a).T`` — the same products summed in the
-    same order, so bit-identical — which reads ``a`` in place: ``a.T`` would be a gather that
-    matmul needs materialised, a copy of ``a`` per call."""
+    """Cotangents of ``a @ b``: ``g @ b.T`` and ``a.T @ g``, with vectors as numpy treats them
+    (an outer product is a (m,1) @ (1,n) product of reshaped vectors). ``a.T @ g`` with a vector
+    ``g`` is computed as ``g @ a`` — the same products summed in the same order, so
+    bit-identical — which reads ``a`` in place: ``a.T`` would be a gather that matmul needs
+    materialised, a copy of ``a`` per call."""
+    if b.ndim == 1:  # (m,k) @ (k,): g is (m,)
+        return matmul(reshape(g, (g.shape[0], 1)), reshape(b, (1, b.shape[0]))), matmul(g, a)
+    if a.ndim == 1:  # (k,) @ (k,n): g is (n,)
+        return matmul(b, g), matmul(reshape(a, (a.shape[0], 1)), reshape(g, (1, g.shape[0])))
     ga = matmul(g, _transpose2(b))
     if g.shape[1] == 1:
-        gb = reshape(matmul(reshape(g, (1, g.shape[0])), a), (a.shape[1], 1))
+        gb = reshape(matmul(reshape(g, (g.shape[0],)), a), (a.shape[1], 1))
     else:
         gb = matmul(_transpose2(a), g)
     return ga, gb

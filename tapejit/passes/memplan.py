@@ -32,6 +32,7 @@ import bisect
 import heapq
 import math
 
+from .. import ops
 from ..ir import Graph, LoopPlan, Node, Program, Slot
 from .fusion import Schedule, alias_offset, alias_root, classify, fuse
 
@@ -307,7 +308,7 @@ def work(prog: Program) -> int:
         if k.op is not None:
             n = k.op
             if n.op == "matmul":
-                total += n.args[0].shape[0] * n.args[1].shape[1] * n.args[0].shape[1]
+                total += math.prod(ops.matmul_dims(n.args[0].shape, n.args[1].shape))
             elif n.op == "scatter_add":
                 total += n.args[1].type.size + (0 if _in_place(prog, n) else n.type.size)
             elif n.op == "loop":  # an upper bound: every iteration the bound allows
