@@ -680,16 +680,39 @@ def _lower_index(L: Lowering, n: Node) -> None:
 
 
 def _lower_matmul(L: Lowering, n: Node) -> None:
+    """``a @ b`` as loops whose innermost loop runs along contiguous memory, so it vectorises:
+
+    * one result column (matrix @ vector): a dot product per row of ``a``, summed in a register
+      (``reassoc`` lets LLVM split the sum into vector lanes);
+    * otherwise row ``i`` of the result accumulates ``a[i, l] * b[l, :]`` for l = 0, 1, ...
+      (the i-k-j order of e.g. Goto & van de Geijn's micro-kernels): every element is summed in
+      the same order as a dot product would, but the inner loop walks rows of ``b`` and of the
+      result instead of striding down a column of ``b`` — at 256 x 256 that was 7x slower.
+    """
     a, bm = n.args
     m, k, cols = ops.matmul_dims(a.shape, bm.shape)  # a vector operand is one row / column
     b = L.b
-    with L.nest((m, cols)) as (i, j):
-        acc = L.accumulator(0.0)
+    if cols == 1:
+        with L.loop(m) as i:
+            acc = L.accumulator(0.0)
+            with L.loop(k) as l:
+                x = L.load(a, L.affine([i, l], 0, (k, 1)))
+                y = L.load(bm, l)
+                b.store(b.fadd(b.load(acc), b.fmul(x, y), flags=("reassoc", "contract")), acc)
+            L.define(n, i, b.load(acc))
+        return
+    out = L.ptr(n)
+    with L.loop(m) as i:
+        row = L.affine([i], 0, (cols,))
+        with L.loop(cols) as j:
+            L.store_to(out, b.add(row, j, flags=("nsw",)), F64(0.0), "f64")
         with L.loop(k) as l:
             x = L.load(a, L.affine([i, l], 0, (k, 1)))
-            y = L.load(bm, L.affine([l, j], 0, (cols, 1)))
-            b.store(b.fadd(b.load(acc), b.fmul(x, y), flags=("reassoc", "contract")), acc)
-        L.define(n, L.affine([i, j], 0, (cols, 1)), b.load(acc))
+            brow = L.affine([l], 0, (cols,))
+            with L.loop(cols) as j:
+                p = b.gep(out, [b.add(row, j, flags=("nsw",))], inbounds=True)
+                y = L.load(bm, b.add(brow, j, flags=("nsw",)))
+                b.store(b.fadd(b.load(p), b.fmul(x, y), flags=("contract",)), p)
 
 
 def _lower_loop(L: Lowering, k) -> None:
