@@ -83,7 +83,6 @@ def _normalise_argnums(argnums: int | Sequence[int], nargs: int) -> tuple[int, .
     return tuple(out)
 
 
-
 @contextlib.contextmanager
 def _cyclic_gc_paused():
     """Pause Python's cyclic garbage collector while compiling (refcounting still frees

@@ -186,14 +186,16 @@ def digest(n: Node) -> bytes:
     return n._digest
 
 
-_type_texts: dict[Type, str] = {}
+_type_texts: dict[tuple, str] = {}
 
 
 def _type_text(t: Type) -> str:
-    """``str(t)``, remembered (few distinct types occur; formatting one costs a join)."""
-    s = _type_texts.get(t)
+    """``str(t)``, remembered (few distinct types occur; formatting one costs a join). Keyed
+    by the fields: a Type's own hash and equality run in Python."""
+    key = (t.shape, t.dtype)
+    s = _type_texts.get(key)
     if s is None:
-        s = _type_texts[t] = str(t)
+        s = _type_texts[key] = str(t)
         if len(_type_texts) > 65536:
             _type_texts.clear()
     return s

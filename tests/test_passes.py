@@ -525,4 +525,3 @@ def test_kernels_differing_in_commutative_operand_order_share_a_function():
         fd = (f(p + h * d, x + h * e) - f(p - h * d, x - h * e)) / (2 * h)
         assert gp @ d + gx @ e == pytest.approx(fd, rel=1e-6, abs=1e-8)
     assert functions[24] <= functions[8] + 1  # (+1: the tape walker) 22 vs 13 without sorting
-
