@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import tapejit as tj
 
@@ -117,3 +118,28 @@ def test_full_width_vectors_on_avx512_hosts():
     _, _, features = target.host()
     flags = features.split(",")
     assert ("-prefer-256-bit" in flags) == ("+avx512f" in flags)
+
+
+def test_compiling_restores_the_cyclic_collector():
+    """Compiling pauses the cyclic GC (docs/compile-time.md) and restores its state after, also
+    when tracing fails; a caller that disabled it keeps it disabled."""
+
+    def f(x):
+        return np.sum(np.exp(x))
+
+    def bad(x):
+        return np.linalg.inv(x)
+
+    x = np.linspace(0, 1, 8)
+    assert gc.isenabled()
+    tj.compile(f, x, cache=False)
+    assert gc.isenabled()
+    with pytest.raises(tj.TracingError):
+        tj.compile(bad, x, cache=False)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        tj.compile(f, x + 1, cache=False)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
