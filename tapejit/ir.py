@@ -174,8 +174,13 @@ commutative: frozenset[str] = frozenset()
 
 
 def _sweep() -> None:
-    for key in [k for k, r in _table.items() if r() is None]:
-        del _table[key]
+    """Drop the entries of dead nodes. Safe while other threads build nodes: it walks a snapshot
+    (``list(dict.items())`` runs without releasing the GIL) and removes an entry only if it
+    still holds the dead reference (a race can at worst drop a live entry: a missed merge,
+    never a wrong node)."""
+    for key, ref in list(_table.items()):
+        if ref() is None and _table.get(key) is ref:
+            _table.pop(key, None)
     _sweep_at[0] = max(1 << 16, 2 * len(_table))
 
 

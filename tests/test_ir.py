@@ -41,6 +41,47 @@ def test_intern_table_forgets_dead_nodes():
     assert ops.const(1.5) is keep
 
 
+def test_intern_table_sweeps_while_other_threads_build_nodes(monkeypatch):
+    """Sweeps run inside Node() of whichever thread crosses the threshold; other threads keep
+    inserting meanwhile. Nothing may raise, and live nodes stay interned."""
+    import threading
+
+    from tapejit import ir
+
+    monkeypatch.setattr(ir, "_sweep_at", [64])
+    monkeypatch.setattr(ir, "_sweep", _small_sweep(ir._sweep))
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            x = Node("input", (), (k, f"t{k}"), Type((3,), "f64"))
+            keep = ops.elementwise("exp", x)
+            for i in range(20_000):
+                ops.mul(x, ops.const(float(i)))  # dropped at once: garbage for the sweeps
+                assert ops.elementwise("exp", x) is keep
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+
+
+def _small_sweep(sweep):
+    """``ir._sweep`` with a small next threshold, so the test sweeps often."""
+
+    def small() -> None:
+        from tapejit import ir
+
+        sweep()
+        ir._sweep_at[0] = len(ir._table) + 64
+
+    return small
+
+
 def test_commutative_operand_order_is_structural():
     """Canonical operand order comes from the operands' expressions (:func:`digest`), not from
     which was built first or from the process: two processes print the same graph, which is
