@@ -26,7 +26,7 @@ from typing import Callable
 import llvmlite.ir as ir
 
 from tapejit import ops
-from tapejit.ir import ITEMSIZE, Node, Program
+from tapejit.ir import ITEMSIZE, Node, Program, type_text
 
 from . import mathlib
 
@@ -104,6 +104,7 @@ class Lowering:
             a.add_attribute("noalias")
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         self.n_in = len(g.inputs)
+        self._locations: dict[int, tuple] = {}  # see location()
         self.regs: dict[int, ir.Value] = {}
         for i, n in enumerate(g.inputs):
             if n.shape == ():
@@ -138,11 +139,16 @@ class Lowering:
         return self.location(n)[0]
 
     def location(self, n: Node):
-        """(slot of ``n``'s buffer, element offset of ``n`` in it), aliases resolved."""
+        """(slot of ``n``'s buffer, element offset of ``n`` in it), aliases resolved
+        (remembered: kernel keys and tape records ask for every operand of every call)."""
+        hit = self._locations.get(id(n))
+        if hit is not None:
+            return hit
         s, off = self.prog.slots.get(id(n)), 0
         while s is not None and s.kind == "alias":
             off += s.index
             s = self.prog.slots.get(id(s.of))
+        self._locations[id(n)] = (s, off)
         return s, off
 
     def _load_elem(self, p, idx, dtype):
@@ -505,13 +511,13 @@ class Interface:
             if id(a) in local and k.body:
                 return f"b{local[id(a)]}"
             if a.op == "const":
-                return f"c{a.attrs[0]!r}:{a.type}"
+                return f"c{a.attrs[0]!r}:{type_text(a.type)}"
             if a.shape == ():
                 if id(a) not in regs:
                     regs[id(a)] = len(self.scalars)
                     self.scalars.append(a)
                 return f"s{regs[id(a)]}:{a.dtype}"
-            return f"p{buf(a)}:{a.type}"
+            return f"p{buf(a)}:{type_text(a.type)}"
 
         self.gathers: dict[int, int] = {}  # id(gather node) -> its pointer parameter
 
@@ -540,7 +546,7 @@ class Interface:
                 refs = [ref(a) for a in n.args]  # in order: ref() numbers new parameters
                 if n.op in _COMMUTATIVE:
                     refs.sort()  # a*b and b*a give the same bits: let them share a function
-                line = f"{n.op}|{n.attrs!r}|{n.type}|" + ",".join(refs)
+                line = f"{n.op}|{n.attrs!r}|{type_text(n.type)}|" + ",".join(refs)
             if id(n) in L.prog.slots:
                 line += f">p{buf(n)}"
             if n.shape == () and n.op in ops.REDUCE:
@@ -565,6 +571,7 @@ class KernelFunction:
             a.add_attribute("noalias")
         L = Lowering.__new__(Lowering)
         L.prog, L.module, L.fn, L.n_in = outer.prog, outer.module, self.fn, outer.n_in
+        L._locations = outer._locations  # the same program: the same locations
         L.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         L.regs = {id(n): self.fn.args[len(face.ptr_nodes) + i] for i, n in enumerate(face.scalars)}
         gather_params = set(face.gathers.values())

@@ -132,7 +132,7 @@ class Node:
         object.__setattr__(node, "args", args)
         object.__setattr__(node, "attrs", attrs)
         object.__setattr__(node, "type", type)
-        h = hashlib.blake2b(f"{op}|{attrs!r}|{_type_text(type)}|".encode(), digest_size=16)
+        h = hashlib.blake2b(f"{op}|{attrs!r}|{type_text(type)}|".encode(), digest_size=16)
         for a in args:
             h.update(a._digest)
         object.__setattr__(node, "_digest", h.digest())  # see digest()
@@ -194,9 +194,10 @@ def digest(n: Node) -> bytes:
 _type_texts: dict[tuple, str] = {}
 
 
-def _type_text(t: Type) -> str:
-    """``str(t)``, remembered (few distinct types occur; formatting one costs a join). Keyed
-    by the fields: a Type's own hash and equality run in Python."""
+def type_text(t: Type) -> str:
+    """``str(t)``, remembered (few distinct types occur; formatting one costs a join; digests
+    and kernel keys format one per node). Keyed by the fields: a Type's own hash and equality
+    run in Python."""
     key = (t.shape, t.dtype)
     s = _type_texts.get(key)
     if s is None:
