@@ -2,9 +2,9 @@
 
 * The host CPU name and feature string (``llvm.get_host_cpu_name()``,
   ``get_host_cpu_features()``): a generic CPU name picks narrower vectors (DESIGN.md).
-* The new pass manager at O3 with loop and SLP vectorisation switched on explicitly (SLP is off by
-  default in ``PipelineTuningOptions``), and loop unrolling for small modules only
-  (:data:`UNROLL_MAX_FUNCTIONS`). Pattern from llvmlite's ``examples/newpassmanagers.py``.
+* The new pass manager at O3 with loop vectorisation, and SLP vectorisation (off by default in
+  ``PipelineTuningOptions``) and loop unrolling for small modules only
+  (:data:`LARGE_MODULE_FUNCTIONS`). Pattern from llvmlite's ``examples/newpassmanagers.py``.
 
 An MCJIT engine takes ownership of its target machine, so :func:`target_machine` makes a fresh one
 for every engine.
@@ -52,23 +52,30 @@ def target_machine() -> llvm.TargetMachine:
     )
 
 
-#: Modules defining at least this many functions (kernel functions, walker, entry points) are
-#: optimised without loop unrolling. Such a module is a large model of many small kernels (the
-#: 16-wide layers of the DAG benchmark): there unrolling costs a third of LLVM's optimisation
-#: time (0.30 -> 0.20 s at V = 1000) and does not pay — the steady-state gradient was *faster*
-#: without it (V = 1000: 232-244 us vs 293-318 us; V = 10: 2.0 vs 3.0-3.5 us), as the vectorised
-#: 16-element loops are already two iterations. Small modules (EAM: 6 functions) keep it: their
-#: long loops gain from it at 10^5 elements (~8 %).
-UNROLL_MAX_FUNCTIONS = 16
+#: Modules defining at least this many functions (kernel functions, walker, straight-line
+#: chunks, entry points) are optimised without loop unrolling and without the SLP vectoriser.
+#: Such a module is a large model: many small kernels (the 16-wide layers of the DAG benchmark)
+#: or long scalar code split into chunks (codegen/lower.py, CHUNK_NODES). Measured:
+#:
+#: * unrolling cost a third of LLVM's optimisation time on the DAG model at V = 1000 (0.30 ->
+#:   0.20 s) and made its steady-state gradient *slower* (232-244 us without, 293-318 us with;
+#:   V = 10: 2.0 vs 3.0-3.5 us), as the vectorised 16-element loops are already two iterations;
+#: * SLP vectorisation is half of the optimisation time of scalarised code (a 1000-element
+#:   element loop: 2.7 s with it, 2.1 s without) and changed no measured gradient time (that
+#:   model 7.1-7.3 us either way, the DAG 160-185 us).
+#:
+#: Small modules (EAM: 6 functions) keep both: their long loops gain from unrolling at 10^5
+#: elements (~8 %).
+LARGE_MODULE_FUNCTIONS = 16
 
 
 def optimise(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
-    """Run the O3 pipeline with loop and SLP vectorisation on ``module`` in place (loop
-    unrolling only for modules of fewer than :data:`UNROLL_MAX_FUNCTIONS` functions)."""
-    defined = sum(1 for f in module.functions if not f.is_declaration)
+    """Run the O3 pipeline with loop and SLP vectorisation on ``module`` in place (no loop
+    unrolling and no SLP for modules of :data:`LARGE_MODULE_FUNCTIONS` functions or more)."""
+    small = sum(1 for f in module.functions if not f.is_declaration) < LARGE_MODULE_FUNCTIONS
     pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
     pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pto.loop_unrolling = defined < UNROLL_MAX_FUNCTIONS
+    pto.slp_vectorization = small
+    pto.loop_unrolling = small
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(module, pb)

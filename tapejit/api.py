@@ -479,7 +479,7 @@ class GradientFunction(functools.partial):
         timings.update(front)
         t3 = time.perf_counter()
         symbol = f"tj_{trace.name}".replace("<", "_").replace(">", "_")
-        module = lower(prog, symbol)
+        module, workspace_bytes = lower(prog, symbol)
         g = prog.graph
         runtime = [n for n, k in zip(g.inputs, g.kinds) if k != "const"]
         consts = [
@@ -508,7 +508,7 @@ class GradientFunction(functools.partial):
         stats = {
             "nodes": {"trace": len(trace.nodes), "grad": len(joint.nodes), "opt": len(opt.nodes)},
             "passes": pass_stats,
-            "workspace_bytes": prog.workspace_bytes,
+            "workspace_bytes": workspace_bytes,
             "kernels": prog.stats["kernels"],
             "work": prog.stats["work"],
             "buffers": prog.stats["buffers"],

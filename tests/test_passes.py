@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
+from codegen.lower import CHUNK_NODES
 from tapejit import autodiff, interpret, ops, passes, tracing
 from tapejit.ir import Graph, Node, Type, digest
 from tapejit.passes import cleanup
@@ -525,3 +526,94 @@ def test_kernels_differing_in_commutative_operand_order_share_a_function():
         fd = (f(p + h * d, x + h * e) - f(p - h * d, x - h * e)) / (2 * h)
         assert gp @ d + gx @ e == pytest.approx(fd, rel=1e-6, abs=1e-8)
     assert functions[24] <= functions[8] + 1  # (+1: the tape walker) 22 vs 13 without sorting
+
+
+# ----------------------------------------------------------------------------------------------
+# Long straight-line code: split into chained functions of bounded size
+
+
+def _pair_chain(n):
+    """A scalarised model: a Python loop over elements, ~20 scalar nodes per element."""
+
+    def f(x):
+        s = 0.0
+        for i in range(n - 1):
+            d = x[i + 1] - x[i]
+            s = s + np.exp(-d * d) + 0.5 * d
+        return s
+
+    def grad(x):
+        d = np.diff(x)
+        dd = -2.0 * d * np.exp(-d * d) + 0.5
+        g = np.zeros_like(x)
+        g[1:] += dd
+        g[:-1] -= dd
+        return g
+
+    return f, grad
+
+
+def _function_sizes(llvm: str) -> dict[str, int]:
+    sizes, name = {}, None
+    for line in llvm.splitlines():
+        if line.startswith("define"):
+            name = line.split("@", 1)[1].split("(", 1)[0]
+            sizes[name] = 0
+        elif line.startswith("}"):
+            name = None
+        elif name is not None:
+            sizes[name] += 1
+    return sizes
+
+
+def test_long_straight_line_code_is_split_into_bounded_functions():
+    """No function grows with the model (issue 6): 3x the elements, 3x the chunk functions,
+    and every function within a bound set by CHUNK_NODES (a straight-line node is at most a
+    few instructions; in one function the model at 180 elements would be ~14,000 lines)."""
+    largest, chunks = {}, {}
+    for n in (60, 180):
+        f, grad = _pair_chain(n)
+        x = RNG.random(n)
+        g = tj.compile(f, x, cache=False)
+        np.testing.assert_allclose(g(x), grad(x), rtol=1e-13, atol=1e-15)
+        value, _ = g.value_and_grad(x)
+        assert value == pytest.approx(f(x), rel=1e-13)
+        sizes = _function_sizes(g.ir("llvm"))
+        chunks[n] = sum(".c" in name for name in sizes)
+        largest[n] = max(sizes.values())
+        assert g.workspace_bytes >= 8 * chunks[n]  # spill slots after the memory plan's bytes
+    assert chunks[60] >= 2 and chunks[180] >= 2.5 * chunks[60]
+    assert max(largest.values()) <= 8 * CHUNK_NODES
+
+
+def test_guards_and_batches_work_across_chunks():
+    """A guard late in chunked code returns its status through every chunk; batch rows each
+    get their own workspace, spill slots included."""
+    n = 80
+    chain, grad = _pair_chain(n)
+
+    def f(x):
+        s = chain(x)
+        if x[n - 1] > 0.5:  # a guard after ~1,500 straight-line nodes
+            s = s + x[n - 1] ** 2
+        return s
+
+    def fgrad(x):
+        g = grad(x)
+        if x[n - 1] > 0.5:
+            g[n - 1] += 2 * x[n - 1]
+        return g
+
+    lo, hi = RNG.random(n) * 0.4, RNG.random(n) * 0.4
+    hi[n - 1] = 0.9
+    strict = tj.compile(f, lo, cache=False, on_guard_failure="raise")
+    assert len(_function_sizes(strict.ir("llvm"))) > 4
+    np.testing.assert_allclose(strict(lo), fgrad(lo), rtol=1e-13, atol=1e-15)
+    with pytest.raises(tj.GuardError):
+        strict(hi)
+    g = tj.compile(f, lo, cache=False)
+    np.testing.assert_allclose(g(hi), fgrad(hi), rtol=1e-13, atol=1e-15)
+    rows = RNG.random((6, n)) * 0.4
+    out = strict.batch(rows, threads=2)
+    for r, o in zip(rows, out):
+        np.testing.assert_allclose(o, fgrad(r), rtol=1e-13, atol=1e-15)
