@@ -1,8 +1,9 @@
-"""Issue 6, part 2: long straight-line scalar code. A *scalarised* model — a Python loop over the
-elements of ``x``, each iteration a handful of scalar ops (``d = x[i+1] - x[i]``,
-``s += exp(-d*d) + d/2``) — traces to ~20 scalar nodes per element, all straight-line code.
-Lowering splits it into chained functions of ``CHUNK_NODES`` nodes (``codegen/lower.py``) so
-that LLVM's superlinear cost per function stays bounded: compile time should grow linearly in n.
+"""Issue 6, part 2: long straight-line scalar code. A *scalarised* model
+(``examples/element_loop.py``) — a Python loop over the elements of ``x``, each iteration a
+handful of scalar ops (``d = x[i+1] - x[i]``, ``s += exp(-d*d) + d/2``) — traces to ~15-20
+scalar nodes per element, all straight-line code. Lowering splits it into chained functions of
+``CHUNK_NODES`` nodes (``codegen/lower.py``) so that LLVM's superlinear cost per function stays
+bounded: compile time should grow linearly in n.
 
 Tables: cold compile + first call (``cache=False``), and the steady-state gradient against the
 hand-written vectorised numpy gradient of the same function. Both gradients are checked against
@@ -11,35 +12,21 @@ each other (1e-12 relative) before anything is timed.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from benchutil import assert_close, tag
 
 import tapejit as tj
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from element_loop import make_model, numpy_grad  # noqa: E402
+
 SIZES = [100, 300, 1000, 3000]
 LATENCY = "Element loop (scalar code), compile + first call (ms)"
 STEADY = "Element loop (scalar code), gradient call from Python (µs per call)"
-
-
-def make_model(n: int):
-    def f(x):
-        s = 0.0
-        for i in range(n - 1):
-            d = x[i + 1] - x[i]
-            s = s + np.exp(-d * d) + 0.5 * d
-        return s
-
-    return f
-
-
-def numpy_grad(x: np.ndarray, out: np.ndarray) -> np.ndarray:
-    d = np.diff(x)
-    dd = 0.5 - 2.0 * d * np.exp(-d * d)
-    out[:] = 0.0
-    out[1:] += dd
-    out[:-1] -= dd
-    return out
 
 
 @pytest.fixture(scope="module", params=SIZES, ids=lambda n: f"n={n}")

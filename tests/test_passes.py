@@ -8,6 +8,9 @@ Tolerances: exact rules are compared with rtol 1e-15; reassociating rules with r
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -529,28 +532,11 @@ def test_kernels_differing_in_commutative_operand_order_share_a_function():
 
 
 # ----------------------------------------------------------------------------------------------
-# Long straight-line code: split into chained functions of bounded size
+# Long straight-line code: split into chained functions of bounded size (the scalarised model
+# of examples/element_loop.py)
 
-
-def _pair_chain(n):
-    """A scalarised model: a Python loop over elements, ~20 scalar nodes per element."""
-
-    def f(x):
-        s = 0.0
-        for i in range(n - 1):
-            d = x[i + 1] - x[i]
-            s = s + np.exp(-d * d) + 0.5 * d
-        return s
-
-    def grad(x):
-        d = np.diff(x)
-        dd = -2.0 * d * np.exp(-d * d) + 0.5
-        g = np.zeros_like(x)
-        g[1:] += dd
-        g[:-1] -= dd
-        return g
-
-    return f, grad
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import element_loop  # noqa: E402
 
 
 def _function_sizes(llvm: str) -> dict[str, int]:
@@ -572,10 +558,11 @@ def test_long_straight_line_code_is_split_into_bounded_functions():
     few instructions; in one function the model at 180 elements would be ~14,000 lines)."""
     largest, chunks = {}, {}
     for n in (60, 180):
-        f, grad = _pair_chain(n)
+        f = element_loop.make_model(n)
         x = RNG.random(n)
         g = tj.compile(f, x, cache=False)
-        np.testing.assert_allclose(g(x), grad(x), rtol=1e-13, atol=1e-15)
+        ref = element_loop.numpy_grad(x, np.empty(n))
+        np.testing.assert_allclose(g(x), ref, rtol=1e-13, atol=1e-15)
         value, _ = g.value_and_grad(x)
         assert value == pytest.approx(f(x), rel=1e-13)
         sizes = _function_sizes(g.ir("llvm"))
@@ -590,7 +577,7 @@ def test_guards_and_batches_work_across_chunks():
     """A guard late in chunked code returns its status through every chunk; batch rows each
     get their own workspace, spill slots included."""
     n = 80
-    chain, grad = _pair_chain(n)
+    chain = element_loop.make_model(n)
 
     def f(x):
         s = chain(x)
@@ -599,7 +586,7 @@ def test_guards_and_batches_work_across_chunks():
         return s
 
     def fgrad(x):
-        g = grad(x)
+        g = element_loop.numpy_grad(x, np.empty(n))
         if x[n - 1] > 0.5:
             g[n - 1] += 2 * x[n - 1]
         return g
@@ -617,3 +604,9 @@ def test_guards_and_batches_work_across_chunks():
     out = strict.batch(rows, threads=2)
     for r, o in zip(rows, out):
         np.testing.assert_allclose(o, fgrad(r), rtol=1e-13, atol=1e-15)
+
+
+def test_element_loop_example_runs(capsys):
+    element_loop.main(120)
+    assert "gradient check: OK" in capsys.readouterr().out
+
