@@ -103,6 +103,8 @@ class _Registers(dict):
     def __init__(self, L: "Lowering"):
         super().__init__()
         self.L = L
+        self.block: ir.Block | None = None  # the basic block the cached reloads are in
+        self.reloads: dict[int, ir.Value] = {}
 
     def __missing__(self, key: int) -> ir.Value:
         L = self.L
@@ -120,9 +122,6 @@ class _Registers(dict):
         if v is None:
             v = self.reloads[key] = b.load(L.spill_slot(key))
         return v
-
-    block = None
-    reloads: dict[int, ir.Value] = {}
 
 
 class Lowering:
