@@ -121,23 +121,23 @@ class Node:
             if x is not y and y._digest < x._digest:
                 args = (y, x)
         # the Type's fields, not the Type: a dataclass hashes in Python, tuples and strs in C
-        key = (op, _attr_key(attrs), type.shape, type.dtype, *map(id, args))
+        key = (op, _attr_key(attrs) if attrs else (), type.shape, type.dtype, *map(id, args))
         ref = _table.get(key)
         if ref is not None:
             node = ref()
             if node is not None and node.args == args:
                 return node
         node = object.__new__(cls)
-        object.__setattr__(node, "op", op)
-        object.__setattr__(node, "args", args)
-        object.__setattr__(node, "attrs", attrs)
-        object.__setattr__(node, "type", type)
-        h = hashlib.blake2b(f"{op}|{attrs!r}|{type_text(type)}|".encode(), digest_size=16)
-        for a in args:
-            h.update(a._digest)
-        object.__setattr__(node, "_digest", h.digest())  # see digest()
-        object.__setattr__(node, "_checked", False)  # see verify()
-        object.__setattr__(node, "_sched", None)
+        text = f"{op}|{attrs!r}|{type_text(type)}|".encode()
+        _set_op(node, op)  # slot descriptors: immutable to everyone else (see __setattr__)
+        _set_args(node, args)
+        _set_attrs(node, attrs)
+        _set_type(node, type)
+        _set_digest(
+            node, _blake2b(b"".join([text, *[a._digest for a in args]]), digest_size=16).digest()
+        )
+        _set_checked(node, False)  # see verify()
+        _set_sched(node, None)
         _table[key] = weakref.ref(node)
         if len(_table) > _sweep_at[0]:
             _sweep()
@@ -161,6 +161,14 @@ class Node:
     def __repr__(self) -> str:
         return f"<Node {self.op} {self.type} attrs={self.attrs}>"
 
+
+_set_op, _set_args, _set_attrs, _set_type = (
+    Node.op.__set__, Node.args.__set__, Node.attrs.__set__, Node.type.__set__
+)  # fmt: skip
+_set_digest, _set_checked, _set_sched = (
+    Node._digest.__set__, Node._checked.__set__, Node._sched.__set__
+)  # fmt: skip
+_blake2b = hashlib.blake2b
 
 #: The interning table: key -> weak reference to the node. Plain weak references (no callback)
 #: are the cheapest to make; dead entries are swept when the table has doubled since the last
@@ -359,7 +367,7 @@ def mark_verified(n: Node) -> None:
     :mod:`tapejit.ops` do this), so :func:`verify` skips the per-node check for it. Nodes are
     immutable, so a node that was well formed stays so: verifying after every pass costs
     O(new nodes)."""
-    object.__setattr__(n, "_checked", True)
+    _set_checked(n, True)
 
 
 #: Set by :mod:`tapejit.ops`: ``(op, arg types, attrs) -> Type``; raises on a bad node.
