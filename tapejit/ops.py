@@ -44,7 +44,10 @@ CAST = ("cast",)
 ELEMENTWISE = UNARY + BINARY + COMPARE + LOGICAL + SELECT + CAST
 REDUCE = ("reduce_sum", "reduce_max")
 SHAPE = ("broadcast_to", "reshape", "transpose")
-INDEX = ("index", "scatter_add")
+INDEX = ("index", "scatter_add", "scatter")
+#: Ops that write an update into a copy of their first operand at a static index set
+#: (``acc[items] += upd`` / ``acc[items] = upd``); codegen updates in place when ``acc`` dies.
+SCATTER = ("scatter_add", "scatter")
 LINALG = ("matmul",)
 CONTROL = ("loop",)
 LEAF = ("input", "const")
@@ -233,6 +236,15 @@ def _scatter_add(types, attrs):
     _need(types, "f64", "scatter_add")
     if index_shape(acc.shape, attrs) != upd.shape:
         raise ValueError(f"scatter_add update {upd.shape} does not match {acc.shape}[{attrs}]")
+    return acc
+
+
+def _scatter(types, attrs):
+    acc, upd = types
+    if acc.dtype != upd.dtype:
+        raise TypeError(f"scatter needs an update of the accumulator's dtype {acc.dtype}, got {upd.dtype}")
+    if index_shape(acc.shape, attrs) != upd.shape:
+        raise ValueError(f"scatter update {upd.shape} does not match {acc.shape}[{attrs}]")
     return acc
 
 
@@ -439,6 +451,12 @@ def _scatter_ref(attrs, acc, upd):
     return out
 
 
+def _scatter_set_ref(attrs, acc, upd):
+    out = np.array(acc, copy=True)
+    out[_np_items(attrs)] = upd
+    return out
+
+
 def _reduce_max_ref(attrs, x):
     return np.max(x, axis=attrs[0])
 
@@ -559,6 +577,9 @@ _VJP = {
     "transpose": lambda g, out, x: (transpose(g, tuple(np.argsort(out.attrs[0]).tolist())),),
     "index":     lambda g, out, x: (Sparse(g, out.attrs),),
     "scatter_add": lambda g, out, acc, upd: (g, index(g, out.attrs)),
+    # acc[items] = upd: the overwritten elements of acc get no cotangent
+    "scatter":   lambda g, out, acc, upd: (
+        make("scatter", g, const(0.0, upd.shape), attrs=out.attrs), index(g, out.attrs)),
     "matmul":    lambda g, out, a, b: _matmul_vjp(g, a, b),
 }  # fmt: skip
 _NO_COTANGENT = lambda g, out, *args: (None,) * len(args)  # noqa: E731
@@ -872,6 +893,7 @@ _def("reshape", "shape", 1, _reshape, lambda a, x: np.reshape(x, a[0]), _VJP["re
 _def("transpose", "shape", 1, _transpose, lambda a, x: np.transpose(x, a[0]), _VJP["transpose"])
 _def("index", "index", 1, _index, lambda a, x: np.asarray(x)[_np_items(a)], _VJP["index"])
 _def("scatter_add", "index", 2, _scatter_add, _scatter_ref, _VJP["scatter_add"])
+_def("scatter", "index", 2, _scatter, _scatter_set_ref, _VJP["scatter"])
 _def("matmul", "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y), _VJP["matmul"])
 _def("loop", "control", -1, _loop, _loop_ref, _loop_vjp)
 _def("input", "leaf", 0, _leaf, None)

@@ -60,8 +60,12 @@ def _fail(msg: str) -> TracingError:
     return TracingError(f"{_user_site()}: {msg}")
 
 
-def _guard(cond: Node, expected: bool) -> None:
-    """Record that this trace relies on ``cond`` being ``expected`` (see Tracer.__bool__)."""
+def _guard(cond: Node, expected: bool) -> bool:
+    """Record that this trace relies on ``cond`` being ``expected`` (see Tracer.__bool__) and
+    return the outcome to follow: ``expected``, unless the trace was started with this guard's
+    outcome *forced* (``trace(..., forced=)``): native code evaluated the condition on this very
+    input and decided the other way (a comparison sitting at a threshold, where numpy's and the
+    native code's summation orders round differently), so the trace follows the native decision."""
     st = _state()
     if isinstance(st, BodyTrace):
         raise _fail(
@@ -70,7 +74,9 @@ def _guard(cond: Node, expected: bool) -> None:
             "follow one branch. Use tapejit.where(cond, a, b), or tapejit.while_loop for a "
             "data-dependent trip count"
         )
-    st.guards.append((cond, bool(expected), _user_site()))
+    expected = st.forced.get(len(st.guards) + 1, bool(expected))
+    st.guards.append((cond, expected, _user_site()))
+    return expected
 
 
 class _Trace:
@@ -85,6 +91,8 @@ class _Trace:
         self.guards: list[tuple[Node, bool, str]] = []
         #: id(input node) -> (node, tracer of its length) for arguments with a dynamic length
         self.dynamic: dict[int, tuple[Node, Tracer]] = {}
+        #: guard number (1-based, as the native status) -> the outcome to follow (see _guard)
+        self.forced: dict[int, bool] = {}
 
     def add_input(self, t: Type, kind: str, name: str, binding=None) -> Node:
         base, k = name, 1
@@ -424,8 +432,7 @@ class Tracer:
         x = self._scalar_node("bool()")
         value = bool(np.asarray(self.value).reshape(-1)[0])
         cond = x if x.dtype == "bool" else ops.make("ne", x, ops.const(0.0))
-        _guard(cond, value)
-        return value
+        return _guard(cond, value)
 
     def __float__(self):
         x = ops._float(self._scalar_node("float()"))
@@ -877,7 +884,11 @@ def _check_static(t: "Tracer") -> None:
 
 
 def trace(
-    f: Callable, args: Sequence[Any], argnums: Sequence[int], dynamic: dict[int, int] | None = None
+    f: Callable,
+    args: Sequence[Any],
+    argnums: Sequence[int],
+    dynamic: dict[int, int] | None = None,
+    forced: dict[int, bool] | None = None,
 ) -> Graph:
     """Trace ``f(*args)`` into a graph whose inputs are ``args`` (active where in ``argnums``)
     followed by the arrays ``f`` captured (const inputs, snapshotted now).
@@ -885,7 +896,10 @@ def trace(
     ``dynamic`` maps the position of an argument whose leading axis may change between calls
     to its *capacity*: the input is declared with that many rows, and a hidden scalar input
     (after the arguments) carries the actual length; such an argument may only be scanned over
-    (:func:`tapejit.scan`). ``f`` must return a scalar (shape ``()``) float. Raises
+    (:func:`tapejit.scan`). ``forced`` maps a guard number (1-based, the native status of its
+    failure) to the outcome the trace follows there instead of the example's: for a retrace
+    after native code decided a comparison the other way on the same input. ``f`` must return
+    a scalar (shape ``()``) float. Raises
     :class:`TracingError` for anything that cannot be traced, naming the user's file and line.
     """
     name = getattr(f, "__name__", "f")
@@ -893,6 +907,7 @@ def trace(
         name = "lambda"
     dynamic = dynamic or {}
     st = _Trace()
+    st.forced = dict(forced or {})
     tracers = []
     for i, a in enumerate(args):
         t, value = _input_type(a, i)
