@@ -154,21 +154,21 @@ def _cases(op) -> list[Case]:
     if op == "index":
         keys = [(1,), (2, 3), ((0, 3, 2),), ((2, -1, -1), 1), (1, (1, 4, 2))]
         return [Case(op, [SHAPE], lambda x, k=k: ops.index(x, k), f"[{k}]") for k in keys]
-    if op == "scatter_add":
+    if op in ops.SCATTER:
         return [
             Case(
-                op, [SHAPE, ()], lambda a, u: ops.make("scatter_add", a, u, attrs=(1, 2)), "[elem]"
+                op, [SHAPE, ()], lambda a, u, op=op: ops.make(op, a, u, attrs=(1, 2)), "[elem]"
             ),
             Case(
                 op,
                 [SHAPE, (2,)],
-                lambda a, u: ops.make("scatter_add", a, u, attrs=(2, (1, 4, 2))),
+                lambda a, u, op=op: ops.make(op, a, u, attrs=(2, (1, 4, 2))),
                 "[slice]",
             ),
             Case(
                 op,
                 [SHAPE, (4,)],
-                lambda a, u: ops.make("scatter_add", ops.elementwise("sin", a), u, attrs=(0,)),
+                lambda a, u, op=op: ops.make(op, ops.elementwise("sin", a), u, attrs=(0,)),
                 "[row]",
             ),
         ]
