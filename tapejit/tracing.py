@@ -29,7 +29,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import ir, ops
+from . import ir, ops, views
 from .ir import Graph, Node, Type
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -58,6 +58,76 @@ def _user_site() -> str:
 
 def _fail(msg: str) -> TracingError:
     return TracingError(f"{_user_site()}: {msg}")
+
+
+def _source_line() -> str:
+    """The text of the user's line being traced (for hints), or ''."""
+    import linecache
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_PKG_DIR + os.sep) and "numpy" + os.sep not in path:
+            return linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+        frame = frame.f_back
+    return ""
+
+
+def _conversion_error(what: str, t: "Tracer") -> TracingError:
+    """The error for converting traced value ``t`` to a Python/numpy number or array, with what
+    to write instead, chosen from the user's line."""
+    line = _source_line()
+    kind = f"a traced value of shape {t.node.shape}"
+    if _current and _state().differentiable(t.node):
+        kind += " that depends on a differentiated argument"
+    import re
+
+    m = re.search(r"\bmath\.(\w+)\s*\(", line)
+    if m:
+        fix = (
+            f"math.{m.group(1)}() converts its argument to a Python float, which drops the "
+            f"derivative; use the numpy function instead (np.{m.group(1)})"
+        )
+    elif re.search(r"\.dot\s*\(", line):
+        fix = (
+            "numpy.ndarray.dot (W.dot(x) with a numpy W) converts a traced argument to an "
+            "array; write W @ x or np.dot(W, x) instead"
+        )
+    elif re.search(r"\bnp\.(as|)array\s*\(|\bnumpy\.(as|)array\s*\(", line):
+        fix = (
+            "np.array()/np.asarray() of traced values make a plain numpy array, which cannot "
+            "hold them; use x.copy() or np.copy(x) for a copy, and to build an array element by "
+            "element, y = np.zeros_like(x, shape=(n,)) followed by y[i] = value"
+        )
+    elif re.search(r"\]\s*(\+|-|\*|/)?=(?!=)", line) and what != "float()":
+        fix = (
+            "storing a traced value into a numpy array (created with np.zeros, np.empty, ...) "
+            "converts it to a plain number; create the array from a traced value instead, "
+            "e.g. y = np.zeros_like(x) or np.zeros_like(x, shape=(n,)), and then y[i] = value "
+            "updates it in place with the derivative kept"
+        )
+    elif what == "float()" and re.search(r"\]\s*(\+|-|\*|/)?=(?!=)", line):
+        fix = (
+            "storing a traced value into a numpy array (created with np.zeros, np.empty, ...) "
+            "converts it to a Python float, dropping its derivative; create the array from a "
+            "traced value instead, e.g. y = np.zeros_like(x) or np.zeros_like(x, shape=(n,)), "
+            "and then y[i] = value updates it in place with the derivative kept"
+        )
+    elif what == "complex()":
+        fix = "complex numbers are not supported"
+    else:
+        fix = (
+            f"{what} turns it into a plain number and drops its derivative; keep it as a "
+            "traced value (x[0] is already a scalar; np.float64(x), float(x), x.item() and "
+            "math.* functions all convert). Python control flow on it (if x > 0:) is fine, and "
+            "tapejit.where(cond, a, b) selects without a branch"
+        )
+    err = _fail(f"{what} of {kind}: {fix}")
+    if _current and _current[0].conversion_error is None:
+        # numpy replaces an error raised while it stores an element (a[0] = x) with its own
+        # "setting an array element with a sequence": trace() raises this one instead
+        _current[0].conversion_error = err
+    return err
 
 
 def _guard(cond: Node, expected: bool) -> bool:
@@ -93,6 +163,8 @@ class _Trace:
         self.dynamic: dict[int, tuple[Node, Tracer]] = {}
         #: guard number (1-based, as the native status) -> the outcome to follow (see _guard)
         self.forced: dict[int, bool] = {}
+        #: the first conversion of a traced value that raised (see _conversion_error)
+        self.conversion_error: TracingError | None = None
 
     def add_input(self, t: Type, kind: str, name: str, binding=None) -> Node:
         base, k = name, 1
@@ -281,13 +353,18 @@ class Tracer:
     a model without guards traces without running numpy at all (half of the tracing time when
     every op was evaluated eagerly)."""
 
-    __slots__ = ("node", "_value", "level")
+    __slots__ = ("node", "_value", "level", "_view", "_views", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, node: Node, value: Any = _UNSET, level: int | None = None):
         self.node = node
         self._value = value
         self.level = len(_current) if level is None else level  # nesting depth of its trace
+        #: what this array is a numpy *view* of (see :mod:`tapejit.views`): ``None`` for an
+        #: array of its own, a :class:`_ViewOf` record, or a :class:`_ReadOnly` marker for the
+        #: function's arguments (writing into them would modify the caller's arrays)
+        self._view: Any = None
+        self._views: list | None = None  # weak references to the live views of this array
 
     @property
     def value(self) -> Any:
@@ -305,6 +382,11 @@ class Tracer:
 
     def __repr__(self) -> str:
         return f"Tracer({self.node.type}, value={self.value!r})"
+
+    def __format__(self, spec: str) -> str:
+        # print(f"{x:.3f}") shows the example's value and records nothing (no guard)
+        v = np.asarray(self.value)
+        return format(v.reshape(-1)[0].item() if v.size == 1 else str(v), spec)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -398,6 +480,26 @@ class Tracer:
     def __getitem__(self, key):
         return _getitem(self, key)
 
+    def __setitem__(self, key, value):
+        _setitem(self, key, value)
+
+    # numpy's in-place operators modify the array object (every alias and view sees it); a
+    # traced scalar is a numpy scalar, immutable, so for it Python falls back to ``x = x + y``
+    def __iadd__(self, o):
+        return _inplace(self, "add", o)
+
+    def __isub__(self, o):
+        return _inplace(self, "sub", o)
+
+    def __imul__(self, o):
+        return _inplace(self, "mul", o)
+
+    def __itruediv__(self, o):
+        return _inplace(self, "div", o)
+
+    def __ipow__(self, o):
+        return _inplace(self, "pow", o)
+
     __hash__ = None  # type: ignore[assignment]
 
     def __getattr__(self, name):
@@ -436,12 +538,20 @@ class Tracer:
 
     def __float__(self):
         x = ops._float(self._scalar_node("float()"))
+        self._no_derivative_lost("float()")
         value = float(np.asarray(self.value).reshape(-1)[0])
         if value != value:  # NaN: the guard is "x is NaN"
             _guard(ops.make("ne", x, x), True)
         else:
             _guard(ops.make("eq", x, ops.const(value)), True)
         return value
+
+    def _no_derivative_lost(self, what: str) -> None:
+        """Raise if this value depends on a differentiated input: converting it to a Python or
+        numpy number would drop its derivative (a guard keeps a branch right, not a gradient)."""
+        st = _state()
+        if st.differentiable(self.node):
+            raise _conversion_error(what, self)
 
     def __int__(self):
         x = ops._float(self._scalar_node("int()"))
@@ -475,13 +585,10 @@ class Tracer:
         return k
 
     def __complex__(self):
-        self._control_flow("complex()")
+        raise _conversion_error("complex()", self)
 
     def __array__(self, dtype=None, copy=None):
-        raise _fail(
-            "a traced value was converted to a numpy array (np.asarray / np.array or a numpy "
-            "function tapejit does not support); keep traced values as tapejit tracers"
-        )
+        raise _conversion_error("a numpy array conversion", self)
 
     # -- methods ----------------------------------------------------------------------------
     def sum(self, axis=None, keepdims=False):
@@ -505,7 +612,8 @@ class Tracer:
     def ravel(self):
         return _reshape(self, (-1,))
 
-    flatten = ravel
+    def flatten(self, order="C"):
+        return _copy(_reshape(self, (-1,)))  # numpy's flatten always copies
 
     def transpose(self, *axes):
         return _transpose(self, (axes[0] if len(axes) == 1 else axes) or None)
@@ -514,10 +622,19 @@ class Tracer:
         return _astype(self, dtype)
 
     def item(self):
-        return self.__float__() if self.node.dtype == "f64" else self.__bool__()
+        if self.node.dtype == "f64":
+            self._no_derivative_lost(".item()")
+            return self.__float__()
+        return self.__bool__()
 
     def tolist(self):
         self._control_flow("tolist()")
+
+    def copy(self, order="C"):
+        return _copy(self)
+
+    def fill(self, value):
+        _setitem(self, Ellipsis, value)
 
     # -- numpy protocols --------------------------------------------------------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -696,13 +813,15 @@ def _reshape(x, shape):
         shape = np.empty(x.shape, dtype=np.bool_).reshape(shape).shape
     except ValueError as e:
         raise _fail(str(e)) from None
-    return _build(lambda a: ops.reshape(a, shape), x)
+    return _as_view(x, _build(lambda a: ops.reshape(a, shape), x), ("reshape", shape))
 
 
 def _transpose(x, axes=None):
     x = lift(x)
-    perm = None if axes is None else tuple(int(a) % x.ndim for a in axes)
-    return _build(lambda a: ops.transpose(a, perm), x)
+    perm = (
+        tuple(reversed(range(x.ndim))) if axes is None else tuple(int(a) % x.ndim for a in axes)
+    )
+    return _as_view(x, _build(lambda a: ops.transpose(a, perm), x), ("transpose", perm))
 
 
 def _astype(x, dtype):
@@ -752,7 +871,100 @@ def _normalise_key(key, shape) -> tuple:
 
 def _getitem(x: Tracer, key) -> Tracer:
     items = _normalise_key(key, x.shape)
-    return _build(lambda a: ops.index(a, items), x)
+    return _as_view(x, _build(lambda a: ops.index(a, items), x), ("index", items))
+
+
+def _as_view(base: Any, result: Tracer, step: tuple) -> Tracer:
+    """``result``, made from ``base`` by ``step``, as the numpy view of it that numpy's result
+    would be (so writes to either are seen through the other; see :mod:`tapejit.views`)."""
+    if isinstance(base, Tracer) and base.level == result.level and result.node.shape:
+        if result is base:  # an identity step (x[...], x.reshape(x.shape)): a new view object
+            result = Tracer(base.node, base._value, base.level)
+        views.record_view(base, result, step)
+    return result
+
+
+def _setitem(y: Tracer, key, value) -> None:
+    """``y[key] = value`` with numpy's semantics, as the functional update ``scatter`` that
+    ``y`` (and every view of the same memory) is rebound to."""
+    ro = views.read_only_root(y)
+    if ro is not None:
+        raise _fail(
+            f"writing into the function's argument {ro.name} (or a view of it): numpy would "
+            "modify the caller's array, which the compiled function does not do. Copy it first "
+            f"({ro.name} = {ro.name}.copy()) or build a new array (np.zeros_like, tapejit.where)"
+        )
+    if y.level != len(_current.items):
+        raise _fail(
+            "writing into an array of the enclosing function inside a loop body: the body is "
+            "traced once, not run per iteration; carry the array through the loop instead"
+        )
+    items = _normalise_key(key, y.shape)
+    region = ops.index_shape(y.shape, items)
+    v = lift(value)
+    _check_static(v)
+    vnode = v.node
+    if y.node.dtype == "f64":
+        vnode = ops._float(vnode)
+    elif vnode.dtype != "bool":
+        vnode = ops.make("ne", vnode, ops.const(0.0))
+    shape = vnode.shape
+    while len(shape) > len(region) and shape[0] == 1:  # numpy drops leading unit axes here
+        shape = shape[1:]
+    try:
+        if np.broadcast_shapes(shape, region) != region:
+            raise ValueError
+    except ValueError:
+        raise _fail(
+            f"could not broadcast input array from shape {vnode.shape} into shape {region}"
+        ) from None
+    vnode = ops.broadcast_to(ops.reshape(vnode, shape), region)
+    new = ops.make("scatter", y.node, vnode, attrs=items) if items else vnode
+    views.write(y, new, _UNSET)
+
+
+def _inplace(y: Tracer, op: str, o) -> Any:
+    """``y op= o``: numpy writes the result into ``y`` itself (cast to its dtype, which must
+    hold the result's shape); a traced scalar is immutable, so Python rebinds the name."""
+    if y.node.shape == ():
+        return NotImplemented
+    r = _power(y, o) if op == "pow" else _binary(op, y, o)
+    if r.node.shape != y.node.shape:
+        raise _fail(
+            f"non-broadcastable output operand with shape {y.node.shape} doesn't match the "
+            f"broadcast shape {r.node.shape} (in-place {op})"
+        )
+    _setitem(y, Ellipsis, r)
+    return y
+
+
+def _copy(a) -> Tracer:
+    """A new array with ``a``'s values that shares nothing with it (writes to it are its own)."""
+    t = lift(a)
+    return Tracer(t.node, t._value, t.level)
+
+
+def _like(value, a, dtype=None, shape=None) -> Tracer:
+    """``np.zeros_like`` & co.: an array of its own, of ``a``'s shape (or ``shape``) filled
+    with ``value``; float64 unless ``dtype`` is bool."""
+    base = a.node.shape if isinstance(a, Tracer) else np.shape(a)
+    shape = base if shape is None else ((shape,) if np.ndim(shape) == 0 else tuple(shape))
+    shape = tuple(int(d) for d in shape)
+    kind = "f64"
+    if dtype is not None:
+        dt = np.dtype(dtype)
+        if dt == np.bool_:
+            kind = "bool"
+        elif dt.kind not in "fiu":
+            raise _fail(f"arrays of dtype {dt} are not supported; traced arrays are float64")
+    elif isinstance(a, Tracer):
+        kind = a.node.dtype
+    v = lift(value)
+    if v.node.shape == () and v.node.op == "const":
+        return Tracer(ops.const(v.node.attrs[0], shape, kind), _UNSET, len(_current.items))
+    fill = Tracer(ops.const(0.0 if kind == "f64" else False, shape, kind), _UNSET, v.level)
+    _setitem(fill, Ellipsis, v)
+    return fill
 
 
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
@@ -834,6 +1046,11 @@ _FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.size: lambda a, axis=None: lift(a).size if axis is None else lift(a).shape[axis],
     np.linalg.norm: _norm,
     np.clip: _clip,
+    np.copy: lambda a, order="K", subok=False: _copy(a),
+    np.zeros_like: lambda a, dtype=None, order="K", subok=True, shape=None, **kw: _like(0.0, a, dtype, shape),
+    np.ones_like: lambda a, dtype=None, order="K", subok=True, shape=None, **kw: _like(1.0, a, dtype, shape),
+    np.empty_like: lambda a, dtype=None, order="K", subok=True, shape=None, **kw: _like(0.0, a, dtype, shape),
+    np.full_like: lambda a, fill_value, dtype=None, order="K", subok=True, shape=None, **kw: _like(fill_value, a, dtype, shape),
 }  # fmt: skip
 
 
@@ -864,6 +1081,22 @@ def _input_type(value: Any, position: int) -> tuple[Type, np.ndarray]:
     if not np.can_cast(arr.dtype, np.float64, "safe") or arr.dtype == np.bool_:
         raise TypeError(f"argument {position}: expected float64 values, got dtype {arr.dtype}")
     return Type(arr.shape, "f64"), np.array(arr, dtype=np.float64)
+
+
+def _param_name(f: Callable, i: int) -> str:
+    """The name of ``f``'s ``i``-th positional parameter, for messages (``argument i`` if
+    unknown)."""
+    import inspect
+
+    try:
+        params = [
+            p
+            for p in inspect.signature(f).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    return params[i].name if i < len(params) else f"argument {i}"
 
 
 def dynamic_length(x: Any) -> "Tracer | None":
@@ -920,7 +1153,9 @@ def trace(
             padded[: t.shape[0]] = value
             t, value = Type((rows, *t.shape[1:])), padded
         node = st.add_input(t, kind, f"x{i}" if len(args) > 1 else "x")
-        tracers.append(Tracer(node, value if t.shape else value[()], st.level))
+        tracer = Tracer(node, value if t.shape else value[()], st.level)
+        tracer._view = views.ReadOnly(_param_name(f, i))
+        tracers.append(tracer)
     for i in sorted(dynamic):
         node = st.add_input(Type(()), "inactive", f"len{i}")
         length = Tracer(node, np.float64(np.shape(args[i])[0]), st.level)
@@ -931,7 +1166,14 @@ def trace(
     for t in tracers:
         _values[id(t.node)] = (t.node, t.value)
     try:
-        result = f(*tracers)
+        try:
+            result = f(*tracers)
+        except Exception as e:
+            if st.conversion_error is not None and e is not st.conversion_error:
+                raise st.conversion_error from e
+            raise
+        if st.conversion_error is not None:  # raised, then caught and ignored by f
+            raise st.conversion_error
         if isinstance(result, (list, tuple, dict, str, bytes, type(None))):
             # lift() would report these as a failed array conversion at the compile() call
             raise TracingError(

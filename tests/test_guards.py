@@ -140,14 +140,25 @@ def test_batch_rows_on_both_sides_of_a_guard():
     )
 
 
-def test_float_and_item_take_the_concrete_value():
-    def f(x):
-        c = float(x[0])  # a constant of the trace: no gradient flows through it
-        return x[1] * c + x[0].item() * 0.0
+def test_float_and_item_of_a_differentiated_value_raise():
+    """float() would drop the derivative of x[0] (the first wave returned [0, 2] here, not the
+    correct [3, 2]): it raises instead, naming the line and what to write."""
+    for f in (lambda x: x[1] * float(x[0]), lambda x: x[1] * x[0].item()):
+        with pytest.raises(tj.TracingError, match=r"test_guards\.py:\d+.*drops its derivative"):
+            tj.compile(f, np.array([2.0, 3.0]), cache=False)
 
-    g = tj.compile(f, np.array([2.0, 3.0]), cache=False)
-    np.testing.assert_allclose(g(np.array([2.0, 3.0])), [0.0, 2.0])
-    np.testing.assert_allclose(g(np.array([4.0, 3.0])), [0.0, 4.0])  # guard: retraced
+
+def test_float_and_item_of_an_inactive_value_take_the_concrete_value():
+    """A value computed only from arguments that are not differentiated has no derivative to
+    lose: float() of it follows the example input and records a guard."""
+
+    def f(x, s):
+        c = float(s[0])
+        return x[1] * c + s[1].item() * x[0]
+
+    g = tj.compile(f, np.array([2.0, 3.0]), np.array([5.0, 7.0]), cache=False)
+    np.testing.assert_allclose(g(np.array([2.0, 3.0]), np.array([5.0, 7.0])), [7.0, 5.0])
+    np.testing.assert_allclose(g(np.array([2.0, 3.0]), np.array([4.0, 1.0])), [1.0, 4.0])
 
 
 def test_ambiguous_truth_value_of_an_array_is_an_error():
