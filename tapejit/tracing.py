@@ -113,6 +113,12 @@ def _conversion_error(what: str, t: "Tracer") -> TracingError:
             "traced value instead, e.g. y = np.zeros_like(x) or np.zeros_like(x, shape=(n,)), "
             "and then y[i] = value updates it in place with the derivative kept"
         )
+    elif "(out=)" in what:
+        fix = (
+            "a numpy array cannot hold traced values (a += t with a numpy a stores into a); "
+            "write a = a + t, or create a from a traced value (a = np.zeros_like(x)), whose "
+            "in-place updates keep the derivative"
+        )
     elif what == "complex()":
         fix = "complex numbers are not supported"
     else:
@@ -641,8 +647,13 @@ class Tracer:
         name = ufunc.__name__
         if method != "__call__":
             raise _fail(f"numpy.{name}.{method} is not supported by tapejit")
-        if kwargs.get("out") is not None or kwargs.get("where", True) is not True:
-            raise _fail(f"numpy.{name} with out= or where= is not supported by tapejit")
+        if kwargs.get("out") is not None:
+            if any(isinstance(o, np.ndarray) for o in kwargs["out"]):
+                # a += t on a numpy array a: numpy would store the traced result in a
+                raise _conversion_error(f"numpy.{name} into a numpy array (out=)", self)
+            raise _fail(f"numpy.{name} with out= is not supported by tapejit; write y = ...")
+        if kwargs.get("where", True) is not True:
+            raise _fail(f"numpy.{name} with where= is not supported by tapejit")
         fn = _UFUNCS.get(name)
         if fn is None:
             raise _fail(f"numpy.{name} is not supported by tapejit")
@@ -792,6 +803,10 @@ def _axes(x: Tracer, axis) -> tuple[int, ...] | None:
 def _reduce(op, x, axis=None, keepdims=False):
     x = lift(x)
     axes = _axes(x, axis)
+    if op == "reduce_max" and any(x.shape[a] == 0 for a in (axes or range(x.ndim))):
+        raise _fail(  # numpy's error: max/min of nothing has no value (sum's is 0)
+            "zero-size array to reduction operation maximum/minimum which has no identity"
+        )
     r = _build(lambda a: ops.reduce(op, a, axes), x)
     if keepdims:
         full = tuple(range(x.ndim)) if axes is None else axes

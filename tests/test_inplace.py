@@ -69,6 +69,16 @@ def math_exp_of_element(p):
     return math.exp(p[0])  # MARK
 
 
+def augmented_numpy_array(p):
+    a = np.zeros(3)
+    a += p  # MARK
+    return np.sum(a)
+
+
+def max_of_empty(p):
+    return np.max(p[:0]) + np.sum(p)  # MARK
+
+
 def line_of(f):
     import inspect
 
@@ -83,6 +93,8 @@ def line_of(f):
         (fill_loop_numpy_array, [r"storing a traced value into a numpy array", r"y\[i\] = value"]),
         (float_of_element, [r"float\(\) of a traced value", r"drops its derivative"]),
         (math_exp_of_element, [r"math\.exp\(\) converts", r"np\.exp"]),
+        (augmented_numpy_array, [r"numpy array cannot hold traced values", r"a = a \+ t"]),
+        (max_of_empty, [r"zero-size array to reduction operation maximum"]),
     ],
     ids=lambda v: getattr(v, "__name__", ""),
 )
