@@ -113,9 +113,9 @@ def _conversion_error(what: str, t: "Tracer") -> TracingError:
             "traced value instead, e.g. y = np.zeros_like(x) or np.zeros_like(x, shape=(n,)), "
             "and then y[i] = value updates it in place with the derivative kept"
         )
-    elif "(out=)" in what:
+    elif "out= a numpy array" in what:
         fix = (
-            "a numpy array cannot hold traced values (a += t with a numpy a stores into a); "
+            "not supported: a numpy array cannot hold traced values (a += t with a numpy a stores into a); "
             "write a = a + t, or create a from a traced value (a = np.zeros_like(x)), whose "
             "in-place updates keep the derivative"
         )
@@ -436,10 +436,10 @@ class Tracer:
         return _power(o, self)
 
     def __matmul__(self, o):
-        return _matmul(self, o)
+        return numpy_api.FUNCTIONS[np.matmul](self, o)
 
     def __rmatmul__(self, o):
-        return _matmul(o, self)
+        return numpy_api.FUNCTIONS[np.matmul](o, self)
 
     def __neg__(self):
         return _unary("neg", self)
@@ -484,10 +484,14 @@ class Tracer:
         return _unary("not", self)
 
     def __getitem__(self, key):
-        return _getitem(self, key)
+        if numpy_api.is_basic_key(key):
+            return _getitem(self, key)
+        return numpy_api.advanced_getitem(self, key)
 
     def __setitem__(self, key, value):
-        _setitem(self, key, value)
+        if numpy_api.is_basic_key(key):
+            return _setitem(self, key, value)
+        numpy_api.advanced_setitem(self, key, value)
 
     # numpy's in-place operators modify the array object (every alias and view sees it); a
     # traced scalar is a numpy scalar, immutable, so for it Python falls back to ``x = x + y``
@@ -610,7 +614,7 @@ class Tracer:
         return _mean(self, axis, keepdims)
 
     def dot(self, o):
-        return _matmul(self, o)
+        return numpy_api.FUNCTIONS[np.dot](self, o)
 
     def reshape(self, *shape):
         return _reshape(self, shape[0] if len(shape) == 1 else shape)
@@ -639,6 +643,43 @@ class Tracer:
     def copy(self, order="C"):
         return _copy(self)
 
+    # ndarray methods that are numpy functions (numpy_api defines them)
+    def var(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        return numpy_api.FUNCTIONS[np.var](self, axis, dtype, out, ddof, keepdims)
+
+    def std(self, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+        return numpy_api.FUNCTIONS[np.std](self, axis, dtype, out, ddof, keepdims)
+
+    def prod(self, axis=None, dtype=None, out=None, keepdims=False):
+        return numpy_api.FUNCTIONS[np.prod](self, axis, dtype, out, keepdims)
+
+    def cumsum(self, axis=None, dtype=None, out=None):
+        return numpy_api.FUNCTIONS[np.cumsum](self, axis)
+
+    def cumprod(self, axis=None, dtype=None, out=None):
+        return numpy_api.FUNCTIONS[np.cumprod](self, axis)
+
+    def diagonal(self, offset=0, axis1=0, axis2=1):
+        return numpy_api.FUNCTIONS[np.diagonal](self, offset, axis1, axis2)
+
+    def trace(self, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+        return numpy_api.FUNCTIONS[np.trace](self, offset, axis1, axis2, dtype, out)
+
+    def squeeze(self, axis=None):
+        return numpy_api.FUNCTIONS[np.squeeze](self, axis)
+
+    def swapaxes(self, axis1, axis2):
+        return numpy_api.FUNCTIONS[np.swapaxes](self, axis1, axis2)
+
+    def repeat(self, repeats, axis=None):
+        return numpy_api.FUNCTIONS[np.repeat](self, repeats, axis)
+
+    def take(self, indices, axis=None, out=None, mode="raise"):
+        return numpy_api.FUNCTIONS[np.take](self, indices, axis, out, mode)
+
+    def clip(self, min=None, max=None, out=None, **kw):
+        return numpy_api.FUNCTIONS[np.clip](self, min, max, out)
+
     def fill(self, value):
         _setitem(self, Ellipsis, value)
 
@@ -650,17 +691,17 @@ class Tracer:
         if kwargs.get("out") is not None:
             if any(isinstance(o, np.ndarray) for o in kwargs["out"]):
                 # a += t on a numpy array a: numpy would store the traced result in a
-                raise _conversion_error(f"numpy.{name} into a numpy array (out=)", self)
+                raise _conversion_error(f"numpy.{name} with out= a numpy array", self)
             raise _fail(f"numpy.{name} with out= is not supported by tapejit; write y = ...")
         if kwargs.get("where", True) is not True:
             raise _fail(f"numpy.{name} with where= is not supported by tapejit")
-        fn = _UFUNCS.get(name)
+        fn = numpy_api.UFUNCS.get(name)
         if fn is None:
             raise _fail(f"numpy.{name} is not supported by tapejit")
         return fn(*inputs)
 
     def __array_function__(self, func, types, args, kwargs):
-        fn = _FUNCTIONS.get(func)
+        fn = numpy_api.FUNCTIONS.get(func)
         if fn is None:
             module = getattr(func, "__module__", None) or ""
             prefix = module if module.startswith("numpy.") else "numpy"  # numpy.linalg.inv
@@ -959,116 +1000,6 @@ def _copy(a) -> Tracer:
     return Tracer(t.node, t._value, t.level)
 
 
-def _like(value, a, dtype=None, shape=None) -> Tracer:
-    """``np.zeros_like`` & co.: an array of its own, of ``a``'s shape (or ``shape``) filled
-    with ``value``; float64 unless ``dtype`` is bool."""
-    base = a.node.shape if isinstance(a, Tracer) else np.shape(a)
-    shape = base if shape is None else ((shape,) if np.ndim(shape) == 0 else tuple(shape))
-    shape = tuple(int(d) for d in shape)
-    kind = "f64"
-    if dtype is not None:
-        dt = np.dtype(dtype)
-        if dt == np.bool_:
-            kind = "bool"
-        elif dt.kind not in "fiu":
-            raise _fail(f"arrays of dtype {dt} are not supported; traced arrays are float64")
-    elif isinstance(a, Tracer):
-        kind = a.node.dtype
-    v = lift(value)
-    if v.node.shape == () and v.node.op == "const":
-        return Tracer(ops.const(v.node.attrs[0], shape, kind), _UNSET, len(_current.items))
-    fill = Tracer(ops.const(0.0 if kind == "f64" else False, shape, kind), _UNSET, v.level)
-    _setitem(fill, Ellipsis, v)
-    return fill
-
-
-def _sum(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
-    _no_out(out, "sum")
-    return _reduce("reduce_sum", a, axis, keepdims)
-
-
-def _max(a, axis=None, out=None, keepdims=False, **kw):
-    _no_out(out, "max")
-    return _reduce("reduce_max", a, axis, keepdims)
-
-
-def _min(a, axis=None, out=None, keepdims=False, **kw):
-    _no_out(out, "min")
-    return -_reduce("reduce_max", -lift(a), axis, keepdims)
-
-
-def _no_out(out, name):
-    if out is not None:
-        raise _fail(f"numpy.{name} with out= is not supported by tapejit")
-
-
-def _norm(x, ord=None, axis=None, keepdims=False):
-    if ord not in (None, 2, "fro") or (axis is not None and ord == "fro"):
-        raise _fail(f"numpy.linalg.norm with ord={ord!r} is not supported (only the 2-norm)")
-    return np.sqrt(_reduce("reduce_sum", lift(x) * lift(x), axis, keepdims))
-
-
-def _logaddexp(a, b):
-    a, b = lift(a), lift(b)
-    m = _binary("maximum", a, b)
-    return m + np.log1p(np.exp(-abs(a - b)))
-
-
-def _clip(a, a_min=None, a_max=None, out=None, **kw):
-    _no_out(out, "clip")
-    r = lift(a)
-    if a_min is not None:
-        r = _binary("maximum", r, a_min)
-    if a_max is not None:
-        r = _binary("minimum", r, a_max)
-    return r
-
-
-_UFUNCS: dict[str, Callable[..., Tracer]] = {
-    **{n: functools.partial(_unary, op) for n, op in [
-        ("negative", "neg"), ("exp", "exp"), ("log", "log"), ("log1p", "log1p"),
-        ("expm1", "expm1"), ("sqrt", "sqrt"), ("sin", "sin"), ("cos", "cos"), ("tanh", "tanh"),
-        ("absolute", "abs"), ("fabs", "abs"), ("sign", "sign"), ("logical_not", "not")]},
-    **{n: functools.partial(_binary, op) for n, op in [
-        ("add", "add"), ("subtract", "sub"), ("multiply", "mul"), ("divide", "div"),
-        ("true_divide", "div"), ("maximum", "maximum"), ("minimum", "minimum"),
-        ("less", "lt"), ("less_equal", "le"), ("greater", "gt"), ("greater_equal", "ge"),
-        ("equal", "eq"), ("not_equal", "ne"), ("logical_and", "and"), ("logical_or", "or")]},
-    "power": _power,
-    "float_power": _power,
-    "matmul": _matmul,
-    "positive": lift,
-    "square": lambda x: _binary("mul", x, x),
-    "reciprocal": lambda x: _binary("div", 1.0, x),
-    "logaddexp": _logaddexp,
-}  # fmt: skip
-
-_FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
-    np.sum: _sum,
-    np.max: _max,
-    np.amax: _max,
-    np.min: _min,
-    np.amin: _min,
-    np.mean: lambda a, axis=None, dtype=None, out=None, keepdims=False: _mean(a, axis, keepdims),
-    np.dot: _matmul,
-    np.reshape: lambda a, shape=None, **kw: _reshape(a, shape if shape is not None else kw["newshape"]),
-    np.transpose: lambda a, axes=None: _transpose(a, axes),
-    np.where: lambda c, x=None, y=None: _where(c, x, y) if x is not None and y is not None else
-        (_ for _ in ()).throw(_fail("numpy.where with one argument (indices) is not supported")),
-    np.ravel: lambda a, order="C": _reshape(a, (-1,)),
-    np.shape: lambda a: lift(a).shape,
-    np.ndim: lambda a: lift(a).ndim,
-    np.size: lambda a, axis=None: lift(a).size if axis is None else lift(a).shape[axis],
-    np.linalg.norm: _norm,
-    np.clip: _clip,
-    np.copy: lambda a, order="K", subok=False: _copy(a),
-    np.zeros_like: lambda a, dtype=None, order="K", subok=True, shape=None, **kw: _like(0.0, a, dtype, shape),
-    np.ones_like: lambda a, dtype=None, order="K", subok=True, shape=None, **kw: _like(1.0, a, dtype, shape),
-    np.empty_like: lambda a, dtype=None, order="K", subok=True, shape=None, **kw: _like(0.0, a, dtype, shape),
-    np.full_like: lambda a, fill_value, dtype=None, order="K", subok=True, shape=None, **kw: _like(fill_value, a, dtype, shape),
-}  # fmt: skip
-
-
 def where(cond, a, b):
     """Branch-free select: ``a`` where ``cond`` is true, else ``b`` (numpy broadcasting).
 
@@ -1215,3 +1146,7 @@ def trace(
             guards=tuple(st.guards),
         )
     )
+
+
+# The numpy surface (ufuncs and functions) is defined on top of the tracer, in its own module.
+from . import numpy_api  # noqa: E402

@@ -662,18 +662,17 @@ def test_other_tracing_errors_name_the_line(g, f, pattern):
 UNSUPPORTED = {
     "numpy.fft.fft": lambda x: np.sum(np.abs(np.fft.fft(x))),
     "numpy.sort": lambda x: np.sum(np.sort(x) * x),
-    "numpy.cumsum": lambda x: np.sum(np.cumsum(x)),
-    "numpy.prod": lambda x: np.prod(x),
-    "numpy.concatenate": lambda x: np.sum(np.concatenate([x, x])),
-    "numpy.einsum": lambda x: np.einsum("i,i->", x, x),
+    "numpy.argsort": lambda x: np.sum(np.argsort(x) * x),
+    "numpy.floor": lambda x: np.sum(np.floor(x)),
+    "numpy.einsum": lambda x: np.einsum("...i,i->", x, x),
     "numpy.linalg.inv": lambda x: np.sum(np.linalg.inv(x.reshape(2, 2))),
     "numpy.arctan2": lambda x: np.sum(np.arctan2(x, 1.0)),
-    "numpy.tan": lambda x: np.sum(np.tan(x)),
+    "numpy.arcsin": lambda x: np.sum(np.arcsin(x)),
     "numpy.add.reduce": lambda x: np.add.reduce(x),
     "numpy.exp with out=": lambda x: np.sum(np.exp(x, out=np.empty(4))),
-    "numpy.ndarray.cumsum": lambda x: x.cumsum().sum(),
+    "numpy.ndarray.argmax": lambda x: x.argmax() * x[0],
     "numpy.ndarray.sort": lambda x: x.sort(),
-    "numpy.ndarray.prod": lambda x: x.prod(),
+    "numpy.ndarray.round": lambda x: x.round().sum(),
 }
 
 
@@ -695,7 +694,7 @@ def test_attribute_lookup_on_tracers_keeps_python_semantics():
     seen = {}
 
     def f(x):
-        seen["cumsum"] = hasattr(x, "cumsum")
+        seen["sort"] = hasattr(x, "sort")
         seen["default"] = getattr(x, "argsort", None)
         seen["shape"] = hasattr(x, "shape")
         with pytest.raises(AttributeError) as ei:
@@ -704,7 +703,7 @@ def test_attribute_lookup_on_tracers_keeps_python_semantics():
         return np.sum(x * x)
 
     gf = tj.compile(f, RNG.random(4), cache=False)
-    assert seen == {"cumsum": False, "default": None, "shape": True, "plain": True}
+    assert seen == {"sort": False, "default": None, "shape": True, "plain": True}
     x = RNG.random(4)
     np.testing.assert_allclose(gf(x), 2 * x, rtol=1e-14)
 

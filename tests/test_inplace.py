@@ -268,6 +268,7 @@ def base_write_seen_by_earlier_view(x):
     row = y[1]
     col = y[:, 2]
     y[1, 2] = x[0] ** 2  # row and col see it
+    y[[0, 0], [1, 1]] = x[3]  # an integer-array write: y[0, 1], twice
     y[0] += 1.0
     return np.sum(row) * np.sum(col) + row[2] * col[0]
 
@@ -393,9 +394,9 @@ def broadcast_mismatch(x):
     return np.sum(y)
 
 
-def fancy_index_write(x):
+def traced_mask_write(x):
     y = x.copy()
-    y[[0, 2]] = 1.0  # MARK
+    y[x > 1.0] = 1.0  # MARK: a data-dependent mask (tapejit.where is the branch-free form)
     return np.sum(y)
 
 
@@ -417,7 +418,7 @@ def write_into_outer_array_in_loop_body(x):
         (write_into_view_of_argument, r"argument x"),
         (augmented_argument, r"argument x"),
         (broadcast_mismatch, r"could not broadcast input array from shape \(3,\) into shape \(2,\)"),
-        (fancy_index_write, r"index of type list is not supported"),
+        (traced_mask_write, r"indexing with a traced array .* tapejit\.where"),
         (write_into_outer_array_in_loop_body, r"enclosing function inside a loop body"),
     ],
     ids=lambda v: getattr(v, "__name__", None),
