@@ -96,8 +96,9 @@ def _conversion_error(what: str, t: "Tracer") -> TracingError:
     elif re.search(r"\bnp\.(as|)array\s*\(|\bnumpy\.(as|)array\s*\(", line):
         fix = (
             "np.array()/np.asarray() of traced values make a plain numpy array, which cannot "
-            "hold them; use x.copy() or np.copy(x) for a copy, and to build an array element by "
-            "element, y = np.zeros_like(x, shape=(n,)) followed by y[i] = value"
+            "hold them; use x.copy() or np.copy(x) for a copy, np.stack([a, b]) or "
+            "np.concatenate to build an array from traced values, or y = np.zeros_like(x, "
+            "shape=(n,)) followed by y[i] = value"
         )
     elif re.search(r"\]\s*(\+|-|\*|/)?=(?!=)", line) and what != "float()":
         fix = (
