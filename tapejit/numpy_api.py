@@ -1091,3 +1091,7 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.take: _take,
     np.take_along_axis: _take_along_axis,
 }  # fmt: skip
+
+from .numpy_linalg import FUNCTIONS as _LINALG  # noqa: E402  (it builds on the functions above)
+
+FUNCTIONS.update(_LINALG)

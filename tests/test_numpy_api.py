@@ -175,3 +175,49 @@ def test_numpy_function_matches_numpy_and_finite_differences(case):
         fd = (fp - fm) / (2 * h)
         dot = sum(np.vdot(gr, v) for gr, v in zip(grads, vs))
         assert dot == pytest.approx(fd, rel=1e-6, abs=1e-7), name
+
+
+def _spd(a):
+    return a @ np.swapaxes(a, -1, -2) + 3.0 * np.eye(a.shape[-1])
+
+
+LINALG = [
+    ("solve", lambda a, b: wsum(np.linalg.solve(a, b)), [(4, 4), (4,)], ANY),
+    ("solve_matrix", lambda a, b: wsum(np.linalg.solve(a, b)), [(3, 3), (3, 2)], ANY),
+    ("solve_batched", lambda a, b: wsum(np.linalg.solve(a, b)), [(2, 3, 3), (2, 3, 1)], ANY),
+    ("inv", lambda a: wsum(np.linalg.inv(a)), [(4, 4)], ANY),
+    ("inv_1x1", lambda a: wsum(np.linalg.inv(a)), [(1, 1)], POS),
+    ("det", lambda a: np.linalg.det(a), [(4, 4)], ANY),
+    ("det_batched", lambda a: wsum(np.linalg.det(a)), [(3, 2, 2)], ANY),
+    ("slogdet", lambda a: np.linalg.slogdet(a)[1] * np.linalg.slogdet(a)[0], [(3, 3)], ANY),
+    ("cholesky", lambda a: wsum(np.linalg.cholesky(_spd(a))), [(4, 4)], ANY),
+    ("cholesky_upper", lambda a: wsum(np.linalg.cholesky(_spd(a), upper=True)), [(3, 3)], ANY),
+    ("gaussian_logpdf", lambda a, x: -0.5 * x @ np.linalg.solve(_spd(a), x)
+        - 0.5 * np.linalg.slogdet(_spd(a))[1], [(3, 3), (3,)], ANY),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", LINALG, ids=[c[0] for c in LINALG])
+def test_linalg_matches_numpy_and_finite_differences(case):
+    test_numpy_function_matches_numpy_and_finite_differences(case)
+
+
+def test_pivoting_is_needed_and_done():
+    """A zero leading entry: elimination without row exchanges would divide by zero."""
+    a = np.array([[0.0, 2.0, 1.0], [1.0, 1.0, 0.0], [3.0, 0.5, 2.0]])
+    b = np.array([1.0, 2.0, 3.0])
+    g = tj.compile(lambda a: np.sum(np.linalg.solve(a, b)), a, cache=False)
+    value, grad = g.value_and_grad(a)
+    assert value == pytest.approx(np.sum(np.linalg.solve(a, b)), rel=1e-12)
+    ainv = np.linalg.inv(a)  # d sum(A^-1 b)/dA = -A^-T 1 (A^-1 b)^T (Giles 2008)
+    np.testing.assert_allclose(grad, -np.outer(ainv.T @ np.ones(3), ainv @ b), rtol=1e-10)
+    assert float(tj.compile(lambda a: np.linalg.det(a), a, cache=False).value_and_grad(a)[0]) == pytest.approx(np.linalg.det(a), rel=1e-12)
+
+
+def test_singular_matrices_give_inf_or_nan_not_a_crash():
+    a = np.array([[1.0, 2.0], [2.0, 4.0]])
+    g = tj.compile(lambda a: np.sum(np.linalg.inv(a)), a, cache=False)
+    value, _ = g.value_and_grad(a)
+    assert not np.isfinite(value)
+    d = tj.compile(lambda a: np.linalg.det(a), a, cache=False).value_and_grad(a)[0]
+    assert d == 0.0
