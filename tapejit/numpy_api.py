@@ -431,6 +431,61 @@ def _pad(array, pad_width, mode="constant", constant_values=0, **kw):
     return out
 
 
+def _sort(a, axis=-1, kind=None, order=None, stable=None):
+    """Ascending sort along ``axis`` by a bitonic sorting network (Batcher, "Sorting networks and
+    their applications", AFIPS 1968): log2(n)^2 / 2 vector stages of ``minimum``/``maximum`` on
+    reshaped halves, so the gradient flows through the permutation (each output's cotangent to
+    the input it came from; tied values share it). The length is padded to a power of two with
+    +inf. NaN propagates through the comparisons (numpy sorts NaN to the end)."""
+    a = _t(a)
+    if axis is None:
+        a, axis = _reshape(a, (-1,)), -1
+    axis = _axis(axis, a.ndim)
+    x = _moveaxis(a, axis, -1)
+    lead, n = x.shape[:-1], x.shape[-1]
+    if n <= 1:
+        return a
+    size = 1 << (n - 1).bit_length()
+    if size != n:
+        x = _concatenate([x, _like(np.inf, x, shape=lead + (size - n,))], -1)
+    k = 2
+    while k <= size:
+        j = k // 2
+        while j >= 1:
+            r = _reshape(x, lead + (size // (2 * j), 2, j))
+            lo_in, hi_in = r[..., 0, :], r[..., 1, :]
+            lo, hi = _binary("minimum", lo_in, hi_in), _binary("maximum", lo_in, hi_in)
+            # blocks whose bit k is set sort descending (the bitonic merge's direction)
+            block = np.arange(size // (2 * j)) * 2 * j
+            desc = np.broadcast_to(((block & k) != 0)[:, None], (size // (2 * j), j))
+            first = _where(desc, hi, lo)
+            second = _where(desc, lo, hi)
+            x = _reshape(_stack([first, second], -2), lead + (size,))
+            j //= 2
+        k *= 2
+    if size != n:
+        x = x[..., :n]
+    return _moveaxis(x, -1, axis)
+
+
+def _partition(a, kth, axis=-1, kind=None, order=None):
+    """A full sort: a valid partition for every ``kth`` (numpy leaves the order within each
+    side unspecified, so elements other than the ``kth`` may differ from numpy's)."""
+    return _sort(a, axis)
+
+
+def _median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
+    _no_out(out, "median")
+    a = _t(a)
+    if axis is None:
+        a, axis = _reshape(a, (-1,)), 0
+    axis = _axis(axis, a.ndim)
+    s = _moveaxis(_sort(a, axis), axis, -1)
+    n = s.shape[-1]
+    m = s[..., n // 2] if n % 2 else 0.5 * (s[..., n // 2 - 1] + s[..., n // 2])
+    return _expand_dims(m, axis) if keepdims else m
+
+
 # ----------------------------------------------------------------------------------------------
 # Matrices
 
@@ -782,6 +837,37 @@ def _norm(x, ord=None, axis=None, keepdims=False):
     return r if keepdims else _squeeze(r, (rows, cols))
 
 
+def _expit(x):
+    """The logistic sigmoid 1 / (1 + exp(-x)), exponentiating only non-positive numbers."""
+    x = _t(x)
+    e = np.exp(-abs(x))
+    return _where(x >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _log_expit(x):
+    """log(expit(x)) = -log1p(exp(-x)), stable for both signs."""
+    x = _t(x)
+    return _binary("minimum", x, 0.0) - np.log1p(np.exp(-abs(x)))
+
+
+def _logit(p):
+    p = _t(p)
+    return np.log(p / (1.0 - p))
+
+
+def _xlogy(x, y):
+    """x * log(y), 0 where x == 0 (scipy.special.xlogy)."""
+    x, y = _t(x), _t(y)
+    safe = _where(x == 0.0, 1.0, y)
+    return _where(x == 0.0, 0.0, x * np.log(safe))
+
+
+def _xlog1py(x, y):
+    x, y = _t(x), _t(y)
+    safe = _where(x == 0.0, 0.0, y)
+    return _where(x == 0.0, 0.0, x * np.log1p(safe))
+
+
 def _where_fn(c, x=None, y=None):
     if x is None or y is None:
         raise _fail("numpy.where with one argument (indices) is not supported")
@@ -1019,6 +1105,12 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "isinf": lambda x: abs(_t(x)) == np.inf,
     "isfinite": lambda x: abs(_t(x)) < np.inf,
     "signbit": lambda x: _t(x) < 0.0,
+    # scipy.special's ufuncs (when scipy is installed; not a dependency)
+    "expit": _expit,
+    "log_expit": _log_expit,
+    "logit": _logit,
+    "xlogy": _xlogy,
+    "xlog1py": _xlog1py,
 }  # fmt: skip
 
 FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
@@ -1089,6 +1181,9 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.repeat: _repeat,
     np.pad: _pad,
     np.take: _take,
+    np.sort: _sort,
+    np.partition: _partition,
+    np.median: _median,
     np.take_along_axis: _take_along_axis,
 }  # fmt: skip
 

@@ -678,6 +678,9 @@ class Tracer:
     def take(self, indices, axis=None, out=None, mode="raise"):
         return numpy_api.FUNCTIONS[np.take](self, indices, axis, out, mode)
 
+    def sort(self, axis=-1, kind=None, order=None):
+        _setitem(self, Ellipsis, numpy_api.FUNCTIONS[np.sort](self, axis))  # in place, as numpy
+
     def clip(self, min=None, max=None, out=None, **kw):
         return numpy_api.FUNCTIONS[np.clip](self, min, max, out)
 

@@ -137,12 +137,25 @@ CASES = [
     ("split", lambda a: sum(wsum(p * (k + 1)) for k, p in enumerate(np.split(a, 3))), [(6, 2)], ANY),
     ("array_split", lambda a: sum(wsum(p) * (k + 1) for k, p in enumerate(np.array_split(a, 3, axis=1))), [(2, 5)], ANY),
     ("split_indices", lambda a: sum(wsum(p) * (k + 1) for k, p in enumerate(np.split(a, [1, 3]))), [(5,)], ANY),
+    ("sort", lambda a: wsum(np.sort(a)), [(7,)], ANY),
+    ("sort_axis0", lambda a: wsum(np.sort(a, axis=0)), [(5, 3)], ANY),
+    ("sort_none", lambda a: wsum(np.sort(a, axis=None)), [(2, 4)], ANY),
+    ("partition_kth", lambda a: np.partition(a, 2)[2] * a[0], [(6,)], ANY),
+    ("median", lambda a: np.median(a) + wsum(np.median(a, axis=1)), [(3, 4)], ANY),
+    ("median_odd", lambda a: np.median(a) * wsum(np.median(a, axis=0, keepdims=True)), [(5, 2)], ANY),
+    ("ndarray_sort_in_place", lambda a: wsum(_sorted_copy(a)), [(5,)], ANY),
     # norms
     ("norm_1", lambda a: np.linalg.norm(a, 1) + np.linalg.norm(a, 3), [(4,)], ANY),
     ("norm_inf", lambda a: np.linalg.norm(a, np.inf) + np.linalg.norm(a, -np.inf), [(4,)], ANY),
     ("norm_axis", lambda a: wsum(np.linalg.norm(a, axis=1)), [(3, 4)], ANY),
     ("norm_fro", lambda a: np.linalg.norm(a, "fro") + np.linalg.norm(a, 1) + np.linalg.norm(a, np.inf), [(3, 4)], ANY),
 ]  # fmt: skip
+
+
+def _sorted_copy(a):
+    y = a * 2.0
+    y.sort()
+    return y
 
 
 def _write_gather(a):
@@ -179,6 +192,26 @@ def test_numpy_function_matches_numpy_and_finite_differences(case):
 
 def _spd(a):
     return a @ np.swapaxes(a, -1, -2) + 3.0 * np.eye(a.shape[-1])
+
+
+try:
+    import scipy.special as sc
+except ImportError:  # scipy is optional
+    sc = None
+
+SPECIAL = [] if sc is None else [
+    ("expit", lambda a: wsum(sc.expit(a * 10.0)), [(6,)], ANY),
+    ("log_expit", lambda a: wsum(sc.log_expit(a * 20.0)), [(6,)], ANY),
+    ("logit", lambda a: wsum(sc.logit(a)), [(6,)], (0.1, 0.9)),
+    ("xlogy", lambda a, b: wsum(sc.xlogy(a, b)) + sc.xlogy(0.0, b[0]), [(4,), (4,)], POS),
+    ("xlog1py", lambda a, b: wsum(sc.xlog1py(a, b)), [(4,), (4,)], POS),
+]  # fmt: skip
+
+
+@pytest.mark.skipif(sc is None, reason="scipy is not installed")
+@pytest.mark.parametrize("case", SPECIAL, ids=[c[0] for c in SPECIAL])
+def test_scipy_special_matches_scipy_and_finite_differences(case):
+    test_numpy_function_matches_numpy_and_finite_differences(case)
 
 
 LINALG = [
