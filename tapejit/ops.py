@@ -523,7 +523,9 @@ def _broadcast_vjp(g, out, x):
 
 def _pow_vjp(g, out, x, y):
     gx = mul(g, mul(y, power(x, sub(y, const(1.0)) if not is_const(y) else const(y.attrs[0] - 1))))
-    gy = None if is_const(y) else mul(g, mul(elementwise("log", x), out))
+    # d(x**y)/dy = log(x) * x**y, which is 0 where x**y is 0 (0**y for y > 0), not NaN
+    dy = where(elementwise("eq", out, const(0.0)), const(0.0), mul(elementwise("log", x), out))
+    gy = None if is_const(y) else mul(g, dy)
     return gx, gy
 
 

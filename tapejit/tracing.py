@@ -1089,6 +1089,12 @@ def trace(
     if name == "<lambda>":
         name = "lambda"
     dynamic = dynamic or {}
+    if any(isinstance(a, Tracer) for a in args):
+        raise _fail(
+            f"{name} is being compiled (tapejit.compile / tapejit.grad) on traced values: "
+            "a gradient inside a traced function (higher-order differentiation) is not "
+            "supported yet; compute the inner derivative by hand, or differentiate only once"
+        )
     st = _Trace()
     st.forced = dict(forced or {})
     tracers = []

@@ -254,3 +254,23 @@ def test_singular_matrices_give_inf_or_nan_not_a_crash():
     assert not np.isfinite(value)
     d = tj.compile(lambda a: np.linalg.det(a), a, cache=False).value_and_grad(a)[0]
     assert d == 0.0
+
+
+def test_power_of_zero_has_a_zero_exponent_derivative():
+    """d(x**y)/dy = log(x) x**y is 0 at x = 0 for y > 0 (it was NaN: -inf * 0)."""
+    g = tj.compile(lambda y, x: np.sum(np.power(x, y)), np.array([1.5, 2.0]),
+                   np.array([0.0, 0.5]), argnums=(0, 1), cache=False)  # fmt: skip
+    gy, gx = g(np.array([1.5, 2.0]), np.array([0.0, 0.5]))
+    np.testing.assert_allclose(gy, [0.0, np.log(0.5) * 0.25], rtol=1e-14)
+    np.testing.assert_allclose(gx, [0.0, 1.0], rtol=1e-14)
+
+
+def test_a_gradient_inside_a_traced_function_is_a_clear_error():
+    def inner(x):
+        return np.sum(x**3)
+
+    def f(x):
+        return np.sum(tj.grad(inner)(x) * x)
+
+    with pytest.raises(tj.TracingError, match=r"inner is being compiled .* on traced values"):
+        tj.compile(f, np.ones(3), cache=False)
