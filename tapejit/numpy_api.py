@@ -1190,3 +1190,31 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
 from .numpy_linalg import FUNCTIONS as _LINALG  # noqa: E402  (it builds on the functions above)
 
 FUNCTIONS.update(_LINALG)
+
+
+def _function_name(fn: Callable) -> str:
+    module = getattr(fn, "__module__", "") or ""
+    prefix = "np.linalg." if "linalg" in module else "np."
+    return prefix + fn.__name__
+
+
+def supported_markdown() -> str:
+    """The README's list of the numpy names that trace (a test keeps README in sync; regenerate
+    with ``python -c "import tapejit.numpy_api as m; print(m.supported_markdown())"``)."""
+    ufuncs = sorted(n for n in UFUNCS if not n.startswith(("expit", "log_expit", "logit", "xlog")))
+    special = sorted(n for n in UFUNCS if n not in ufuncs)
+    functions = sorted({_function_name(f) for f in FUNCTIONS})
+    methods = sorted(
+        n
+        for n in dir(Tracer)
+        if not n.startswith("_") and hasattr(np.ndarray, n) and n not in ("T", "shape", "ndim", "size", "dtype", "tolist")
+    )
+    return "\n".join(
+        [
+            "- numpy ufuncs: " + ", ".join(f"`{n}`" for n in ufuncs),
+            "- numpy functions: " + ", ".join(f"`{n}`" for n in functions),
+            "- ndarray methods: " + ", ".join(f"`.{n}`" for n in methods)
+            + "; attributes `.T .shape .ndim .size .dtype`",
+            "- scipy.special (when scipy is installed): " + ", ".join(f"`{n}`" for n in special),
+        ]
+    )

@@ -36,3 +36,14 @@ def test_readme_block_runs(k, capsys):
             v = rng.standard_normal(x.shape)
             fd = (f(x + 1e-6 * v) - f(x - 1e-6 * v)) / 2e-6
             assert np.vdot(g, v) == pytest.approx(fd, rel=1e-6, abs=1e-8)
+
+
+def test_readme_lists_exactly_the_supported_numpy_names():
+    from tapejit import numpy_api
+
+    text = README.read_text()
+    block = text.split("<!-- supported:begin -->\n")[1].split("\n<!-- supported:end -->")[0]
+    assert block == numpy_api.supported_markdown(), (
+        "README's supported list is stale; regenerate it with "
+        "python -c 'import tapejit.numpy_api as m; print(m.supported_markdown())'"
+    )
