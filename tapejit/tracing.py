@@ -56,6 +56,18 @@ def _user_site() -> str:
     return "<unknown location>"
 
 
+def _site_of(tb) -> str:
+    """``file:line in function`` of the innermost user frame of traceback ``tb``."""
+    site = "<unknown location>"
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = os.path.abspath(code.co_filename)
+        if not path.startswith(_PKG_DIR + os.sep) and "numpy" + os.sep not in path:
+            site = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}()"
+        tb = tb.tb_next
+    return site
+
+
 def _fail(msg: str) -> TracingError:
     return TracingError(f"{_user_site()}: {msg}")
 
@@ -516,6 +528,10 @@ class Tracer:
     def __getattr__(self, name):
         # Only reached when normal lookup fails: name ndarray methods tapejit does not trace
         # instead of a bare "'Tracer' object has no attribute" with no file and line.
+        fn = None if name.startswith("_") else numpy_api.UFUNCS.get(name)
+        if fn is not None and not hasattr(np.ndarray, name):
+            # numpy's ufunc loops over object arrays call a method of the ufunc's name
+            return functools.partial(fn, self)
         if not name.startswith("_") and hasattr(np.ndarray, name):
             raise _UnsupportedAttribute(
                 f"{_user_site()}: numpy.ndarray.{name} is not supported by tapejit"
@@ -599,6 +615,13 @@ class Tracer:
         raise _conversion_error("complex()", self)
 
     def __array__(self, dtype=None, copy=None):
+        if self.node.shape == () and (dtype is None or np.dtype(dtype) == object):
+            # np.array([x0, x1]) of traced scalars: numpy builds an object array that holds the
+            # tracers themselves; numpy's object loops call their operators (and methods named
+            # after ufuncs, see __getattr__), and lift() stacks it back into one traced array
+            holder = np.empty((), dtype=object)
+            holder[()] = self
+            return holder
         raise _conversion_error("a numpy array conversion", self)
 
     # -- methods ----------------------------------------------------------------------------
@@ -741,12 +764,26 @@ def lift(x: Any) -> Tracer:
     if isinstance(x, (int, float, np.integer, np.floating)):
         return Tracer(ops.const(float(x)), np.float64(x))
     if isinstance(x, np.ndarray):
+        if x.dtype == object:
+            return _from_objects(x)
         if x.ndim == 0:
             return lift(x[()])
         return _state().capture_tracer(x)
     if isinstance(x, (list, tuple)):
         return lift(np.asarray(x))
     raise _fail(f"cannot use a value of type {type(x).__name__} in a traced computation")
+
+
+def _from_objects(arr: np.ndarray) -> Tracer:
+    """An object array (``np.array([x0, x1])`` of traced scalars and numbers) as one traced
+    array: its elements stacked."""
+    items = [lift(v) for v in arr.reshape(-1)]
+    if not any(t.node.op != "const" for t in items):
+        return lift(np.array([t.node.attrs[0] for t in items]).reshape(arr.shape))
+    if any(t.node.shape != () for t in items):
+        raise _fail("an object array of traced arrays is not supported; use np.stack")
+    flat = numpy_api.FUNCTIONS[np.stack](items) if items else lift(np.zeros(0))
+    return _reshape(flat, arr.shape)
 
 
 # Concrete values by node id, for nodes built through ops.* builders that the tracer did not
@@ -1127,6 +1164,12 @@ def trace(
         except Exception as e:
             if st.conversion_error is not None and e is not st.conversion_error:
                 raise st.conversion_error from e
+            if isinstance(e, TypeError) and "loop of ufunc does not support" in str(e):
+                raise TracingError(
+                    f"{_site_of(e.__traceback__)}: {e}: a numpy ufunc was applied to an object "
+                    "array (np.array([...]) of traced values mixed with plain numbers); build "
+                    "it with np.stack([...]) instead, or apply the ufunc to the traced values"
+                ) from None
             raise
         if st.conversion_error is not None:  # raised, then caught and ignored by f
             raise st.conversion_error

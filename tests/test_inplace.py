@@ -140,7 +140,29 @@ def test_the_tables_rows_written_with_traced_arrays_are_correct():
 )
 def test_every_conversion_of_a_differentiated_value_raises(conversion):
     with pytest.raises(tj.TracingError, match="traced value"):
-        tj.compile(lambda p: conversion(p[0] * 2.0) + p[1], P, cache=False)
+        tj.compile(lambda p: np.sum(conversion(p * 2.0)) + p[1], P, cache=False)
+    if conversion(np.float64(1.0)).__class__ is not np.ndarray:  # scalar conversions
+        with pytest.raises(tj.TracingError, match="traced value"):
+            tj.compile(lambda p: conversion(p[0] * 2.0) + p[1], P, cache=False)
+
+
+def test_arrays_of_traced_scalars_stack():
+    """np.array([x0, x1]) holds the tracers in an object array; numpy's object loops trace
+    through them and any traced op stacks it back into one array."""
+
+    def f(p):
+        v = np.array([p[0] * p[1], np.sin(p[2]), p[0] + 1.5])
+        m = np.array([[p[0], 0.0], [p[1], p[2]]])
+        return np.sum(np.exp(v) * p) + np.sum(m @ np.array([1.0, 2.0])) + np.asarray(p[0] ** 2)
+
+    check(f, P)
+
+    def mixed(p):
+        return np.sum(np.exp(np.array([p[0], 1.5])))  # MARK: exp of the float 1.5 in an object array
+
+    with pytest.raises(tj.TracingError, match=r"object array .* np\.stack") as ei:
+        tj.compile(mixed, P, cache=False)
+    assert f"test_inplace.py:{line_of(mixed)}" in str(ei.value)
 
 
 def test_a_conversion_error_swallowed_by_f_still_raises():
