@@ -660,14 +660,14 @@ class Interface:
 
         parts = [f"space={k.space} op={k.op is not None}"]
         for n in nodes:
-            if k.op is n and n.op == "scatter_add" and L.location(n) == L.location(n.args[0]):
+            if k.op is n and n.op in ops.SCATTER and L.location(n) == L.location(n.args[0]):
                 # in place: the caller passes the address of the updated block
                 offset, strides = ops.index_affine(n.shape, n.attrs)
                 self.gathers[id(n)] = len(self.ptr_nodes)
                 self.ptr_nodes.append(n)
                 self.gather_offsets.append(offset)
                 line = (
-                    f"scatter_add|{n.type}|{strides}|" + ref(n.args[1]) + f">g{self.gathers[id(n)]}"
+                    f"{n.op}|{n.type}|{strides}|" + ref(n.args[1]) + f">g{self.gathers[id(n)]}"
                 )
                 parts.append(line)
                 continue
@@ -818,9 +818,13 @@ def _lower_index(L: Lowering, n: Node) -> None:
     base, offset, strides = L.scatter_target(n)
     b = L.b
     with L.nest(upd.shape) as idx:
-        p = b.gep(base, [L.affine(idx, offset, strides)], inbounds=True)
+        at = L.affine(idx, offset, strides)
         u = L.load(upd, L.flat(idx, upd.shape) if idx else None)
-        b.store(b.fadd(b.load(p), u), p)
+        if n.op == "scatter":  # acc[items] = upd
+            L.store_to(base, at, u, n.dtype)
+        else:  # acc[items] += upd
+            p = b.gep(base, [at], inbounds=True)
+            b.store(b.fadd(b.load(p), u), p)
 
 
 def _lower_matmul(L: Lowering, n: Node) -> None:

@@ -91,12 +91,15 @@ def run_program(prog: Program, args: Sequence[Any]) -> list[np.ndarray]:
     def compute(n: Node, local: dict[int, Any]) -> Any:
         if n.op == "const":
             return np.full(n.shape, n.attrs[0], dtype=NUMPY_DTYPE[n.dtype])
-        if n.op == "scatter_add":
+        if n.op in ops.SCATTER:
             acc, upd = n.args
             dst = view(n)
             if _location(prog, n) != _location(prog, acc):
-                dst[...] = view(acc)
-            dst[ops._np_items(n.attrs)] += read(upd, local)
+                dst[...] = read(acc, local)
+            if n.op == "scatter":
+                dst[ops._np_items(n.attrs)] = read(upd, local)
+            else:
+                dst[ops._np_items(n.attrs)] += read(upd, local)
             return None
         value = ops.OPS[n.op].ref(n.attrs, *(read(a, local) for a in n.args))
         return np.asarray(value, dtype=NUMPY_DTYPE[n.dtype])

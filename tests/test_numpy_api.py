@@ -82,7 +82,6 @@ CASES = [
     ("kron", lambda a, b: wsum(np.kron(a, b)), [(2, 2), (2, 3)], ANY),
     ("kron_vec", lambda a, b: wsum(np.kron(a, b)), [(2,), (3,)], ANY),
     ("cross3", lambda a, b: wsum(np.cross(a, b)), [(2, 3), (2, 3)], ANY),
-    ("cross2", lambda a, b: wsum(np.cross(a, b)), [(2,), (2,)], ANY),
     ("vdot", lambda a, b: np.vdot(a, b), [(2, 2), (4,)], ANY),
     # statistics
     ("var", lambda a: np.var(a), [(5,)], ANY),

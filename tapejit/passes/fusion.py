@@ -93,7 +93,7 @@ def _classify(n: Node) -> str:
         return "point" if n.shape == () else "gather"
     if group == "reduce":
         return "reduce" if n.shape == () else "op"
-    if n.op == "scatter_add":
+    if n.op in ops.SCATTER:
         return "point" if n.args[1].shape == () else "op"
     return "op"
 

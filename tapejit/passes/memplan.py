@@ -106,7 +106,7 @@ def plan(g: Graph) -> Program:
     claimed: set[int] = set()
     hazards: dict[float, set[int]] = {}
     for t, n, stage in steps:
-        if n.op == "scatter_add" and id(n) in mat:
+        if n.op in ops.SCATTER and id(n) in mat:
             acc, upd = n.args
             r = id(alias_root(acc))
             if (
@@ -284,7 +284,7 @@ def _scatter_copies(prog: Program) -> int:
     count = 0
     for k in prog.kernels:
         for n in (*k.pre, *([k.op] if k.op is not None else [])):
-            if n.op == "scatter_add" and not _in_place(prog, n):
+            if n.op in ops.SCATTER and not _in_place(prog, n):
                 count += 1
     return count
 
@@ -301,7 +301,7 @@ def work(prog: Program) -> int:
     for k in prog.kernels:
         for n in k.pre:
             total += 1
-            if n.op == "scatter_add" and not _in_place(prog, n):
+            if n.op in ops.SCATTER and not _in_place(prog, n):
                 total += n.type.size
         if k.body:
             total += math.prod(k.space) * len(k.body)
@@ -309,7 +309,7 @@ def work(prog: Program) -> int:
             n = k.op
             if n.op == "matmul":
                 total += math.prod(ops.matmul_dims(n.args[0].shape, n.args[1].shape))
-            elif n.op == "scatter_add":
+            elif n.op in ops.SCATTER:
                 total += n.args[1].type.size + (0 if _in_place(prog, n) else n.type.size)
             elif n.op == "loop":  # an upper bound: every iteration the bound allows
                 lp = prog.loops[id(n)]
