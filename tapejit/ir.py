@@ -183,10 +183,12 @@ commutative: frozenset[str] = frozenset()
 
 def _sweep() -> None:
     """Drop the entries of dead nodes. Safe while other threads build nodes: it walks a snapshot
-    (``list(dict.items())`` runs without releasing the GIL) and removes an entry only if it
-    still holds the dead reference (a race can at worst drop a live entry: a missed merge,
-    never a wrong node)."""
-    for key, ref in list(_table.items()):
+    (``dict.copy()`` allocates one object and calls no Python code, so no thread switch can
+    happen inside it; ``list(dict.items())`` allocates a tuple per entry, which can start a
+    garbage collection whose finalizers let another thread insert mid-walk) and removes an entry
+    only if it still holds the dead reference (a race can at worst drop a live entry: a missed
+    merge, never a wrong node)."""
+    for key, ref in _table.copy().items():
         if ref() is None and _table.get(key) is ref:
             _table.pop(key, None)
     _sweep_at[0] = max(1 << 16, 2 * len(_table))
