@@ -377,7 +377,8 @@ def where(c, a, b):
 
 
 def power(x: Node, y: Node) -> Node:
-    """``x ** y``; a constant integer exponent |y| <= 16 becomes repeated multiplication."""
+    """``x ** y``; a constant integer exponent |y| <= 16 becomes repeated multiplication and 0.5
+    a square root (as numpy's own power loop does: ``np.power(-inf, 0.5)`` is NaN there too)."""
     if is_const(y) and y.shape == () and float(y.attrs[0]).is_integer() and abs(y.attrs[0]) <= 16:
         n = int(y.attrs[0])
         if n == 0:
@@ -507,10 +508,12 @@ def _reduce_sum_vjp(g, out, x):
 def _reduce_max_vjp(g, out, x):
     (axes,) = out.attrs
     keep = _keepdims(x.shape, axes)
-    mask = elementwise("eq", x, broadcast_to(reshape(out, keep), x.shape))
-    count = reduce("reduce_sum", make("cast", mask, attrs=("f64",)), axes)
+    mask = make("cast", elementwise("eq", x, broadcast_to(reshape(out, keep), x.shape)), attrs=("f64",))
+    count = reduce("reduce_sum", mask, axes)
     share = broadcast_to(reshape(div(g, count), keep), x.shape)
-    return (where(mask, share, const(0.0)),)
+    # share * indicator (as JAX): where the maximum is NaN no element equals it, count is 0 and
+    # the gradient is NaN (0 * inf), not a silent 0
+    return (mul(share, mask),)
 
 
 def _broadcast_vjp(g, out, x):

@@ -6,8 +6,9 @@ notes say where a rule is not bit-exact under IEEE 754; all others are exact. Ru
 spirit of LLVM's InstCombine and XLA's algebraic simplifier, restricted to what keeps float64
 results within rounding of the original:
 
-* ``x + 0`` and ``0 - x`` may change the sign of a zero result (``-0.0 + 0.0`` is ``+0.0``);
-* ``x - x -> 0`` assumes ``x`` is finite (``inf - inf`` is NaN);
+* ``x + 0`` and ``0 - x`` may change the sign of a zero result (``-0.0 + 0.0`` is ``+0.0``),
+  which compares equal; every other rule gives the same value for every input, inf and NaN
+  included (``x - x -> 0`` is *not* a rule: ``inf - inf`` is NaN);
 * hoisting scalar factors (``(s*v)*t -> (s*t)*v``) and ``sum(broadcast s) -> n*s`` reassociate,
   changing the result by rounding only.
 
@@ -100,9 +101,7 @@ def _sub(n, rw):
     if _is(y, 0.0):
         return fit(x, n)
     if _is(x, 0.0):
-        return ops.make("neg", y)
-    if x is y:
-        return ops.const(0.0, n.shape)
+        return fit(ops.make("neg", y), n)
     if y.op == "neg":
         return ops.make("add", x, y.args[0])
     return None
@@ -148,7 +147,8 @@ def _div(n, rw):
     c = _fill(y)
     if c is not None and y.shape == () and c != 0 and math.isfinite(c):
         m, e = math.frexp(abs(c))
-        if m == 0.5:  # a power of two: x / c == x * (1/c) exactly
+        if m == 0.5 and math.isfinite(1.0 / c):  # a power of two with a finite reciprocal:
+            # x / c and x * (1/c) round the same exact value
             return ops.make("mul", x, ops.const(1.0 / c))
     return None
 
@@ -172,7 +172,7 @@ def _pow(n, rw):
 def _where(n, rw):
     c, a, b = n.args
     if a is b:
-        return a
+        return fit(a, n)  # a may be a scalar that the condition broadcasts
     v = _fill(c)
     if v is not None:
         return fit(a if v else b, n)
@@ -260,7 +260,7 @@ def _reduce_max(n, rw):
 RULES: list[tuple[str, tuple[str, ...] | None, object, str]] = [
     ("fold", None, _fold, "exact: evaluated with the op's reference"),
     ("add", ("add",), _add, "x+0 -> x may turn -0.0 into +0.0; x+(-y) -> x-y exact"),
-    ("sub", ("sub",), _sub, "x-x -> 0 assumes finite x; 0-x -> -x sign of zero"),
+    ("sub", ("sub",), _sub, "0-x -> -x sign of zero; x-(-y) -> x+y exact"),
     ("mul", ("mul",), _mul, "exact: x*1, x*-1, (-x)*(-y)"),
     ("hoist-scalar-factor", ("mul",), _hoist_scalar_factor, "reassociates scalar factors"),
     ("div", ("div",), _div, "exact: x/1, x/2^k -> x*2^-k"),
