@@ -555,6 +555,8 @@ class GradientFunction(functools.partial):
             if self._dynamic
             else _entry.bind_batch(self._lib.address(symbol + "_batch"), n_ptrs)
         )
+        # idle batch workspaces; a batch call takes one per thread and puts them back, so
+        # concurrent batch calls never share one (list.pop/extend are atomic under the GIL)
         self._batch_workspaces: list[_Buffers] = []
         # The last fully validated call with out=: (args, outs, pointers). A repeat call with the
         # same objects re-checks only what can change in place (shape, dtype, layout, writeable).
@@ -881,23 +883,31 @@ class GradientFunction(functools.partial):
         in_ptrs = [_ffi.from_buffer(a, require_writable=False) for a in arrays]
         vptr = _ffi.from_buffer(values, require_writable=True)
         threads = max(1, min(threads, m))
-        while len(self._batch_workspaces) < threads:
-            self._batch_workspaces.append(_Buffers(self.stats["workspace_bytes"]))
+        pool = self._batch_workspaces
+        mine = []
+        for _ in range(threads):
+            try:
+                mine.append(pool.pop())
+            except IndexError:
+                mine.append(_Buffers(self.stats["workspace_bytes"]))
         bounds = [m * t // threads for t in range(threads + 1)]
         status = [0] * threads
 
         def run(t: int) -> None:
-            ws = _ffi.from_buffer(self._batch_workspaces[t].ws)
+            ws = _ffi.from_buffer(mine[t].ws)
             status[t] = self._batch_native(
                 *in_ptrs, *self._const_ptrs, vptr, *out_ptrs, ws, bounds[t], bounds[t + 1]
             )
 
-        workers = [threading.Thread(target=run, args=(t,)) for t in range(1, threads)]
-        for w in workers:
-            w.start()
-        run(0)
-        for w in workers:
-            w.join()
+        try:
+            workers = [threading.Thread(target=run, args=(t,)) for t in range(1, threads)]
+            for w in workers:
+                w.start()
+            run(0)
+            for w in workers:
+                w.join()
+        finally:
+            pool.extend(mine)
         if any(status):
             if not all(0 <= st <= len(self._guards) for st in status):
                 raise RuntimeError(
@@ -906,7 +916,7 @@ class GradientFunction(functools.partial):
             # Some row takes another path than this variant was traced for: answer row by row
             # through the dispatcher, which picks or compiles the right variant for each.
             for r in range(m):
-                row_out = tuple(o[r] for o in outs)
+                row_out = tuple(o[r, ...] for o in outs)  # views, 0-d for a scalar gradient
                 value, _ = self._owner._call(
                     tuple(a[r] for a in arrays), row_out if self._tuple_result else row_out[0]
                 )
