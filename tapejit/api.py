@@ -127,6 +127,25 @@ class GuardError(RuntimeError):
     traced for, and ``on_guard_failure="raise"`` was chosen. Names the guard's source line."""
 
 
+@functools.cache
+def _compiler_digest() -> str:
+    """A digest of the compiler's own sources (every ``.py`` file of the ``tapejit`` and
+    ``codegen`` packages), so that a cache entry written by a changed compiler — an editable
+    install, the same version string — is never loaded by another. Computed once per process
+    (~1 ms)."""
+    h = hashlib.sha256()
+    for pkg in (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(_entry.__file__)):
+        for root, dirs, files in os.walk(pkg):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(root, name)
+                    h.update(os.path.relpath(path, os.path.dirname(pkg)).encode() + b"\0")
+                    with open(path, "rb") as fh:
+                        h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
 def _fingerprint(trace: Graph, tuple_result: bool) -> str:
     """What decides the compiled code of ``trace``: its structure — the name, each input's and
     output's :func:`~tapejit.ir.digest` (a Merkle hash of the whole expression: ops, attributes,
@@ -138,7 +157,7 @@ def _fingerprint(trace: Graph, tuple_result: bool) -> str:
     for i in sorted(trace.bindings):
         a = np.ascontiguousarray(trace.bindings[i])
         h.update(f"{i}:{a.dtype.str}:{a.shape}:".encode())
-        h.update(memoryview(a).cast("B"))
+        h.update(a.reshape(-1).view(np.uint8))  # no copy; a zero-size array hashes as b""
     inputs = " ".join(f"{digest(n).hex()}:{k}" for n, k in zip(trace.inputs, trace.kinds))
     outputs = " ".join(digest(n).hex() for n in trace.outputs)
     guards = "".join(f"\nguard {digest(c).hex()} == {e} # {w}" for c, e, w in trace.guards)
@@ -440,7 +459,8 @@ class GradientFunction(functools.partial):
         if cache is not None:
             t0 = time.perf_counter()
             key = cache_key(
-                f"{_fingerprint(trace, tuple_result)}\norder={self.argnums}", f"tapejit-{_VERSION}"
+                f"{_fingerprint(trace, tuple_result)}\norder={self.argnums}",
+                f"tapejit-{_VERSION}-{_compiler_digest()}",
             )
             built = _Built.from_entry(cache.load(key), trace)
             timings["cache_key"] = time.perf_counter() - t0

@@ -51,3 +51,42 @@ def test_batch_with_a_scalar_argument_across_a_guard():
     X = RNG.standard_normal((4, 3))
     G = g.batch(S, X)
     np.testing.assert_allclose(G, [(2 * s if s > 0 else -1.0) * np.sum(x) for s, x in zip(S, X)])
+
+
+def test_a_captured_array_with_a_zero_length_axis_has_a_cache_key(tmp_path):
+    empty = np.zeros((0, 3))
+
+    def f(x):
+        return np.sum(x * x) + np.sum(empty)
+
+    g = tj.compile(f, np.ones(3), cache=str(tmp_path))
+    np.testing.assert_allclose(g(np.ones(3)), 2 * np.ones(3))
+
+
+def test_the_disk_cache_key_covers_the_compilers_sources(tmp_path, monkeypatch):
+    """An entry written by a compiler with other sources (same version string) is not loaded."""
+    from tapejit import api
+
+    def f(x):
+        return np.sum(np.exp(x))
+
+    x = RNG.random(5)
+    tj.compile(f, x, cache=str(tmp_path))
+    before = {p.name for p in tmp_path.rglob("*") if p.is_file()}
+    assert tj.compile(f, x, cache=str(tmp_path)).stats["timings"].get("cache_load") is not None
+    monkeypatch.setattr(api, "_compiler_digest", lambda: "a-changed-compiler")
+    g = tj.compile(f, x, cache=str(tmp_path))
+    assert "cache_load" not in g.stats["timings"]  # compiled, not loaded
+    after = {p.name for p in tmp_path.rglob("*") if p.is_file()}
+    assert after > before
+    np.testing.assert_allclose(g(x), np.exp(x), rtol=1e-14)
+
+
+def test_the_compiler_digest_is_cheap_and_stable():
+    import time
+
+    from tapejit import api
+
+    t0 = time.perf_counter()
+    d = api._compiler_digest()
+    assert time.perf_counter() - t0 < 0.05 and d == api._compiler_digest() and len(d) == 16
