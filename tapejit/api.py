@@ -293,6 +293,7 @@ class GradientFunction(functools.partial):
         _owner: "GradientFunction | None" = None,
         dynamic_argnums: int | Sequence[int] = (),
         _capacity: dict[int, int] | None = None,
+        _forced: dict[int, bool] | None = None,
     ):
         if not callable(f):
             raise TypeError(f"compile() needs a callable, got {type(f).__name__}")
@@ -314,7 +315,7 @@ class GradientFunction(functools.partial):
         self._dynamic_spec = dynamic_argnums
         with _cyclic_gc_paused():
             t0 = time.perf_counter()
-            trace = tracing.trace(f, example_args, nums, self._dynamic)
+            trace = tracing.trace(f, example_args, nums, self._dynamic, _forced)
             self._argnums_spec = argnums
             self._order = nums  # gradients come back in argnums order, as given
             self._cache_spec = cache
@@ -343,10 +344,14 @@ class GradientFunction(functools.partial):
         return v._call(args, out)
 
     def _new_variant(
-        self, args: tuple, capacity: dict[int, int] | None = None
+        self,
+        args: tuple,
+        capacity: dict[int, int] | None = None,
+        forced: dict[int, bool] | None = None,
     ) -> "GradientFunction":
         """Trace and compile ``f`` for ``args`` as a new specialisation (most recent first; the
-        least recently used beyond ``max_specialisations`` is dropped)."""
+        least recently used beyond ``max_specialisations`` is dropped). ``forced``: guard
+        outcomes the trace follows instead of the example's (see :func:`tracing.trace`)."""
         v = GradientFunction(
             self.fn,
             args,
@@ -355,6 +360,7 @@ class GradientFunction(functools.partial):
             _owner=self,
             dynamic_argnums=self._dynamic_spec,
             _capacity=capacity,
+            _forced=forced,
         )
         self._compiles += 1
         self._variants.insert(0, v)
@@ -386,6 +392,9 @@ class GradientFunction(functools.partial):
             self._variants: list[GradientFunction] = [self]  # most recently used first
             self._compiles = 1
             self._warned = False
+            # held while a guard failure retraces and compiles, so that threads failing the
+            # same guard at once compile the new specialisation once (calls take no lock)
+            self._compile_lock = threading.Lock()
 
     @property
     def specialisations(self) -> list[dict[str, Any]]:
@@ -406,13 +415,50 @@ class GradientFunction(functools.partial):
                 "and this input takes the other path; compile with on_guard_failure='recompile' "
                 "(the default), or make the choice branch-free with tapejit.where(cond, a, b)"
             )
-        for v in self._variants:
-            if v is not failed:
+        tried = {id(failed)}
+        r = self._try_variants(args, out, tried)
+        if r is not None:
+            return r
+        with self._compile_lock:
+            r = self._try_variants(args, out, tried)  # compiled by another thread meanwhile?
+            if r is not None:
+                return r
+            return self._compile_for(args, out, where)
+
+    def _try_variants(self, args: tuple, out: Any, tried: set[int]):
+        """The result of the first compiled variant not in ``tried`` whose guards hold (it is
+        promoted), else None; adds the variants tried to ``tried``."""
+        for v in list(self._variants):
+            if id(v) not in tried:
+                tried.add(id(v))
                 r = v._call(args, out, dispatch=False)
                 if r is not None:
                     self._promote(v)
                     return r
+        return None
+
+    def _compile_for(self, args: tuple, out: Any, where: str):
+        """Trace and compile a variant for ``args`` and call it. A comparison that sits at a
+        threshold can round one way in numpy (at trace time) and the other in native code (its
+        summation order differs): the new variant then fails its own guard on the very input it
+        was traced for. It is retraced with that guard's outcome *forced* to the native
+        decision, so tracing follows native code (at most once per guard)."""
         v = self._new_variant(args)
+        forced: dict[int, bool] = {}
+        while True:
+            r = v._call(args, out, dispatch=False)
+            if r is not None:
+                break
+            k = v._tls.status
+            if k in forced or not 0 < k <= len(v._guards):
+                raise RuntimeError(
+                    f"{self.name}: a variant traced for this input fails its own guard {k} "
+                    f"({v._guards[k - 1][2] if 0 < k <= len(v._guards) else '?'}) even when "
+                    "traced to follow the native decision there"
+                )
+            forced[k] = not v._guards[k - 1][1]
+            self._drop(v)
+            v = self._new_variant(args, forced=dict(forced))
         if self._compiles > self.max_specialisations and not self._warned:
             self._warned = True
             warnings.warn(
@@ -422,14 +468,17 @@ class GradientFunction(functools.partial):
                 GuardWarning,
                 stacklevel=4,
             )
-        r = v._call(args, out, dispatch=False)
-        if r is None:
-            raise RuntimeError(f"{self.name}: a variant traced for this input failed its own guard")
         self._promote(v)
         return r
 
+    def _drop(self, v: "GradientFunction") -> None:
+        try:
+            self._variants.remove(v)
+        except ValueError:  # another thread moved it meanwhile
+            pass
+
     def _promote(self, v: "GradientFunction") -> None:
-        self._variants.remove(v) if v in self._variants else None
+        self._drop(v)
         self._variants.insert(0, v)
         functools.partial.__setstate__(self, (v._entry, (), {}, self.__dict__))
 
@@ -764,6 +813,7 @@ class GradientFunction(functools.partial):
         if status != 0:
             if 0 < status <= len(self._guards):
                 if not dispatch:
+                    tls.status = status  # which guard failed, for the dispatcher
                     return None
                 return self._owner._guard_failed(self, status, args, out)
             raise RuntimeError(f"{self.name}: native gradient returned status {status}")

@@ -90,3 +90,59 @@ def test_the_compiler_digest_is_cheap_and_stable():
     t0 = time.perf_counter()
     d = api._compiler_digest()
     assert time.perf_counter() - t0 < 0.05 and d == api._compiler_digest() and len(d) == 16
+
+
+def test_a_guard_at_a_threshold_follows_the_native_decision():
+    """numpy sums pairwise, native code in vector lanes: at a threshold equal to numpy's sum the
+    two decide differently. The first variant then fails its own guard on the input it was
+    traced for; the retrace follows the native decision (it raised RuntimeError before)."""
+    total = tj.compile(lambda x: np.sum(x) * 1.0, np.ones(1000), cache=False)
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        x0 = rng.standard_normal(1000) * 1e3
+        native = total.value_and_grad(x0)[0]
+        if native != float(np.sum(x0)):
+            break
+    else:
+        pytest.skip("no input found where numpy's and the native summation orders differ")
+    T = float(np.sum(x0))
+    above = native >= T
+
+    def f(x):
+        s = np.sum(x)
+        return s * s if s >= T else 3.0 * s
+
+    g = tj.compile(f, x0, cache=False)
+    value, grad = g.value_and_grad(x0)
+    assert value == pytest.approx(native * native if above else 3.0 * native, rel=1e-12)
+    np.testing.assert_allclose(grad, 2.0 * native if above else 3.0, rtol=1e-12)
+
+
+def test_concurrent_guard_failures_compile_each_specialisation_once():
+    def f(x):
+        if x[0] > 0:
+            return np.sum(x * x)
+        return np.sum(np.exp(x))
+
+    g = tj.compile(f, np.array([1.0, 2.0]), cache=False)
+    xs = [np.array([-1.0, 2.0]), np.array([1.0, 2.0])]
+    barrier = threading.Barrier(8)
+    errors = []
+
+    def work(k):
+        barrier.wait()
+        for i in range(20):
+            x = xs[(k + i) % 2]
+            got = g(x)
+            want = 2 * x if x[0] > 0 else np.exp(x)
+            if not np.allclose(got, want, rtol=1e-14):
+                errors.append((x, got))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(g.specialisations) == 2
+    assert g._owner._compiles == 2
