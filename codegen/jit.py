@@ -22,6 +22,31 @@ import llvmlite.ir as ir
 from . import target
 
 
+def _llvm_lock():
+    """llvmlite's lock around every LLVM C-API call (a private attribute: None if absent)."""
+    from llvmlite.binding import ffi
+
+    return getattr(getattr(getattr(ffi, "lib", None), "_lock", None), "_lock", None)
+
+
+def _make_fork_safe() -> None:
+    """A process forked while another thread is inside LLVM would inherit llvmlite's lock held
+    by a thread that does not exist in the child, and hang at its first compile. Fork only
+    while no thread is inside LLVM: take the lock before ``fork()`` and release it on both
+    sides after (``os.register_at_fork``; CPython does the same for its own locks)."""
+    import os
+
+    lock = _llvm_lock()
+    if lock is None or not hasattr(os, "register_at_fork"):
+        return
+    os.register_at_fork(
+        before=lock.acquire, after_in_parent=lock.release, after_in_child=lock.release
+    )
+
+
+_make_fork_safe()
+
+
 class CodeLibrary:
     """Machine code for the host in a live engine (build it with :meth:`compile` or
     :meth:`load`).

@@ -395,6 +395,7 @@ class GradientFunction(functools.partial):
             # held while a guard failure retraces and compiles, so that threads failing the
             # same guard at once compile the new specialisation once (calls take no lock)
             self._compile_lock = threading.Lock()
+            self._lock_pid = os.getpid()
 
     @property
     def specialisations(self) -> list[dict[str, Any]]:
@@ -419,6 +420,8 @@ class GradientFunction(functools.partial):
         r = self._try_variants(args, out, tried)
         if r is not None:
             return r
+        if self._lock_pid != os.getpid():  # a forked child: the parent's threads are gone
+            self._compile_lock, self._lock_pid = threading.Lock(), os.getpid()
         with self._compile_lock:
             r = self._try_variants(args, out, tried)  # compiled by another thread meanwhile?
             if r is not None:

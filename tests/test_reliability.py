@@ -146,3 +146,45 @@ def test_concurrent_guard_failures_compile_each_specialisation_once():
     assert not errors
     assert len(g.specialisations) == 2
     assert g._owner._compiles == 2
+
+
+FORK_SCRIPT = r"""
+import os, sys, threading, time
+import numpy as np
+import tapejit as tj
+
+stop = False
+def compile_forever():
+    k = 0
+    while not stop:
+        k += 1
+        tj.compile(lambda x, k=k: np.sum(np.exp(x * k) + np.sin(x) ** 2), np.ones(50), cache=False)
+
+t = threading.Thread(target=compile_forever, daemon=True)
+t.start()
+time.sleep(0.3)
+for _ in range(8):
+    time.sleep(0.05)
+    pid = os.fork()
+    if pid == 0:
+        g = tj.compile(lambda x: np.sum(x * x), np.ones(3), cache=False)
+        os._exit(0 if np.allclose(g(np.ones(3)), 2.0) else 3)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        print("child status", status)
+        sys.exit(1)
+stop = True
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_fork_while_another_thread_compiles_does_not_hang(tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "fork.py"
+    script.write_text(FORK_SCRIPT)
+    r = subprocess.run([sys.executable, "-W", "ignore", str(script)], capture_output=True,
+                       text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
