@@ -188,3 +188,30 @@ def test_fork_while_another_thread_compiles_does_not_hang(tmp_path):
     r = subprocess.run([sys.executable, "-W", "ignore", str(script)], capture_output=True,
                        text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
+def test_collected_gradients_free_their_engines():
+    """Gradients die when dropped (no reference cycle kept alive, no global registry), and the
+    process grows by at most a bounded amount per compile (LLVM keeps ~110 KB; docs/runtime.md)."""
+    import gc
+    import os
+    import weakref
+
+    def rss():
+        with open(f"/proc/{os.getpid()}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    if not os.path.exists(f"/proc/{os.getpid()}/statm"):
+        pytest.skip("needs /proc")
+    refs = []
+    for k in range(10):
+        refs.append(weakref.ref(tj.compile(lambda x, k=k: np.sum(np.exp(x * k)), np.ones(8), cache=False)))
+    gc.collect()
+    before = rss()
+    for k in range(60):
+        g = tj.compile(lambda x, k=k: np.sum(np.sin(x + k) * x), np.ones(8), cache=False)
+        refs.append(weakref.ref(g))
+        del g
+    gc.collect()
+    assert all(r() is None for r in refs)
+    assert (rss() - before) / 60 < 1024 * 1024  # an engine leak would be megabytes per compile
