@@ -9,7 +9,17 @@ See README.md for the pipeline and DESIGN notes; every stage prints with ``grad.
 """
 
 from .control import checkpoint, fori_loop, scan, while_loop
-from .api import STAGES, GradientFunction, GuardError, GuardWarning, compile, grad, value_and_grad
+from .api import (
+    STAGES,
+    GradientFunction,
+    GuardError,
+    GuardWarning,
+    MaxStepsError,
+    MaxStepsWarning,
+    compile,
+    grad,
+    value_and_grad,
+)
 from .ir import VerifyError
 from .ops import RuleError
 from .tracing import TracingError, where
@@ -21,6 +31,8 @@ __all__ = [
     "GradientFunction",
     "GuardError",
     "GuardWarning",
+    "MaxStepsError",
+    "MaxStepsWarning",
     "RuleError",
     "TracingError",
     "VerifyError",

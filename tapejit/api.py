@@ -122,6 +122,16 @@ class _Buffers:
         self.value = np.zeros((), dtype=np.float64)
 
 
+class MaxStepsWarning(RuntimeWarning):
+    """A ``tapejit.while_loop`` stopped after ``max_steps`` iterations with its condition still
+    true: the result (and gradient) are those of the loop cut off there, not of the Python loop,
+    which would have gone on."""
+
+
+class MaxStepsError(RuntimeError):
+    """As :class:`MaxStepsWarning`, with ``compile(..., on_max_steps="raise")``."""
+
+
 class GuardError(RuntimeError):
     """An input takes another path through Python control flow than the compiled gradient was
     traced for, and ``on_guard_failure="raise"`` was chosen. Names the guard's source line."""
@@ -294,6 +304,8 @@ class GradientFunction(functools.partial):
         dynamic_argnums: int | Sequence[int] = (),
         _capacity: dict[int, int] | None = None,
         _forced: dict[int, bool] | None = None,
+        on_max_steps: str = "warn",
+        _lenient: bool = False,
     ):
         if not callable(f):
             raise TypeError(f"compile() needs a callable, got {type(f).__name__}")
@@ -303,6 +315,8 @@ class GradientFunction(functools.partial):
             raise ValueError(
                 f"on_guard_failure must be 'recompile' or 'raise', got {on_guard_failure!r}"
             )
+        if on_max_steps not in ("warn", "raise"):
+            raise ValueError(f"on_max_steps must be 'warn' or 'raise', got {on_max_steps!r}")
         if not isinstance(max_specialisations, int) or max_specialisations < 1:
             raise ValueError(
                 f"max_specialisations must be an int >= 1, got {max_specialisations!r}"
@@ -315,11 +329,16 @@ class GradientFunction(functools.partial):
         self._dynamic_spec = dynamic_argnums
         with _cyclic_gc_paused():
             t0 = time.perf_counter()
-            trace = tracing.trace(f, example_args, nums, self._dynamic, _forced)
+            trace = tracing.trace(
+                f, example_args, nums, self._dynamic, _forced, check_max_steps=not _lenient
+            )
             self._argnums_spec = argnums
             self._order = nums  # gradients come back in argnums order, as given
             self._cache_spec = cache
             self._init_dispatch(_owner, on_guard_failure, max_specialisations)
+            if _owner is None:
+                self.on_max_steps = on_max_steps
+                self._lenient_variants: list[GradientFunction] = []
             self._build(
                 trace,
                 f,
@@ -410,6 +429,8 @@ class GradientFunction(functools.partial):
         """A call whose input takes another path than ``failed`` was traced for: run a cached
         variant whose guards hold, or retrace with this input and compile a new one."""
         _, expected, where = failed._guards[status - 1]
+        if tracing.is_max_steps_site(where):
+            return self._max_steps_reached(where, args, out)
         if self.on_guard_failure == "raise" or self.fn is None:
             raise GuardError(
                 f"{self.name}: guard {status} at {where} was compiled for the outcome {expected}, "
@@ -427,6 +448,38 @@ class GradientFunction(functools.partial):
             if r is not None:
                 return r
             return self._compile_for(args, out, where)
+
+    def _max_steps_reached(self, where: str, args: tuple, out: Any):
+        """A while_loop ran out of ``max_steps`` (native code stopped before writing): warn or
+        raise, then answer with a variant traced without max_steps checks (kept apart from the
+        dispatch list, so other inputs are still checked)."""
+        msg = (
+            f"{self.name}: {where}, its condition still true: the value and gradient are those of "
+            "the loop stopped there, not of the Python loop (raise max_steps if it should finish)"
+        )
+        if self.on_max_steps == "raise" or self.fn is None:
+            raise MaxStepsError(msg + "; compile with on_max_steps='warn' to accept the result")
+        warnings.warn(msg, MaxStepsWarning, stacklevel=5)  # the user's call
+        for v in list(self._lenient_variants):
+            r = v._call(args, out, dispatch=False)
+            if r is not None:
+                return r
+        with self._compile_lock:
+            v = GradientFunction(
+                self.fn,
+                args,
+                self._argnums_spec,
+                self._cache_spec,
+                _owner=self,
+                dynamic_argnums=self._dynamic_spec,
+                _lenient=True,
+            )
+            self._lenient_variants.insert(0, v)
+            del self._lenient_variants[self.max_specialisations :]
+        r = v._call(args, out, dispatch=False)
+        if r is None:
+            raise RuntimeError(f"{self.name}: a variant traced for this input failed its own guard")
+        return r
 
     def _try_variants(self, args: tuple, out: Any, tried: set[int]):
         """The result of the first compiled variant not in ``tried`` whose guards hold (it is
@@ -469,7 +522,7 @@ class GradientFunction(functools.partial):
                 f"(Python control flow on traced values, e.g. at {where}); consider "
                 "tapejit.where(cond, a, b), which has no guard",
                 GuardWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         self._promote(v)
         return r
@@ -1042,6 +1095,7 @@ def compile(
     on_guard_failure: str = "recompile",
     max_specialisations: int = 8,
     dynamic_argnums: int | Sequence[int] = (),
+    on_max_steps: str = "warn",
 ) -> GradientFunction:
     """Compile the gradient of scalar-valued ``f`` for arguments shaped like ``example_args``.
 
@@ -1072,6 +1126,11 @@ def compile(
     doubled. Calls with dynamic arguments take the Python call path (~1-2 µs) and cannot be
     batched.
 
+    ``on_max_steps``: what a call does when a top-level :func:`tapejit.while_loop` runs all its
+    ``max_steps`` iterations with its condition still true — ``"warn"`` (default) issues a
+    :class:`MaxStepsWarning` and returns the value and gradient of the loop cut off there;
+    ``"raise"`` raises :class:`MaxStepsError`.
+
     Returns a :class:`GradientFunction`. Raises :class:`tapejit.TracingError` when ``f`` cannot be
     traced (unsupported numpy function, a non-scalar result, ambiguous truth value of an array),
     naming the file and line.
@@ -1084,6 +1143,7 @@ def compile(
         on_guard_failure,
         max_specialisations,
         dynamic_argnums=dynamic_argnums,
+        on_max_steps=on_max_steps,
     )
 
 

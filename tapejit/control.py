@@ -212,6 +212,7 @@ def while_loop(cond: Callable, body: Callable, init: Any, *, max_steps: int) -> 
         return carry
     if steps == 0:
         return init
+    info: dict = {}
     carry, _ = _loop(
         lambda i, c, xs: (body(c), None),
         init,
@@ -220,7 +221,17 @@ def while_loop(cond: Callable, body: Callable, init: Any, *, max_steps: int) -> 
         cond=cond,
         checkpointed=_is_checkpointed(body),
         name="while_loop",
+        info=info,
     )
+    if not isinstance(tracing._state(), BodyTrace):
+        # ran all max_steps iterations and cond still holds: the Python loop would go on
+        still = lift(cond(carry))
+        if still.node.type.size != 1:
+            raise _fail(f"while_loop: cond must return a scalar, got {still.node.type}")
+        if still.node.dtype != "bool":
+            still = still != 0.0
+        exhausted = (info["steps_run"] == float(steps)) & still.reshape(())
+        tracing.max_steps_check(exhausted.node, steps)
     return carry
 
 
@@ -300,6 +311,7 @@ def _loop(
     name: str,
     ys: bool = False,
     steps: Tracer | None = None,
+    info: dict | None = None,
 ) -> tuple[Any, Any]:
     """Trace ``step(i, carry, [x_t...]) -> (carry, y)`` into a loop node of ``n`` iterations
     (the bound when ``cond`` is given) and return the traced ``(carry, ys)``."""
@@ -405,6 +417,8 @@ def _loop(
     loop = tracing._wrap(make(*(t.node for t in args)))
     lay = ops.loop_layout(spec)
     final = [tracing._build(lambda m, s=s: ops.segment(m, s), loop) for s in lay.carries]
+    if info is not None:  # the number of iterations run
+        info["steps_run"] = tracing._build(lambda m: ops.index(m, (lay.steps,)), loop)
     carry_out = _unflatten(c_struct, final)
     if not ys:
         return carry_out, None

@@ -149,6 +149,27 @@ def _conversion_error(what: str, t: "Tracer") -> TracingError:
     return err
 
 
+#: How a max_steps check's site begins (see :func:`max_steps_check`); the runtime reads it.
+MAX_STEPS = "tapejit.while_loop reached max_steps"
+
+
+def max_steps_check(exhausted: Node, max_steps: int) -> None:
+    """Record that native code must report when a ``while_loop`` stopped at ``max_steps`` with
+    its condition still true (``exhausted``): a guard whose expected outcome is False, told
+    apart by its site (:data:`MAX_STEPS`), which the runtime turns into a warning or an error
+    and then answers with a variant traced without the check. Only for loops at the top level
+    of ``f`` (a loop body runs per iteration and cannot guard), and not when the trace was
+    started with ``check_max_steps=False`` (that variant)."""
+    st = _state()
+    if isinstance(st, BodyTrace) or not st.check_max_steps:
+        return
+    st.guards.append((exhausted, False, f"{MAX_STEPS} ({max_steps}) at {_user_site()}"))
+
+
+def is_max_steps_site(where: str) -> bool:
+    return where.startswith(MAX_STEPS)
+
+
 def _guard(cond: Node, expected: bool) -> bool:
     """Record that this trace relies on ``cond`` being ``expected`` (see Tracer.__bool__) and
     return the outcome to follow: ``expected``, unless the trace was started with this guard's
@@ -184,6 +205,8 @@ class _Trace:
         self.forced: dict[int, bool] = {}
         #: the first conversion of a traced value that raised (see _conversion_error)
         self.conversion_error: TracingError | None = None
+        #: whether while_loops record a max_steps check (see max_steps_check)
+        self.check_max_steps = True
 
     def add_input(self, t: Type, kind: str, name: str, binding=None) -> Node:
         base, k = name, 1
@@ -1109,6 +1132,7 @@ def trace(
     argnums: Sequence[int],
     dynamic: dict[int, int] | None = None,
     forced: dict[int, bool] | None = None,
+    check_max_steps: bool = True,
 ) -> Graph:
     """Trace ``f(*args)`` into a graph whose inputs are ``args`` (active where in ``argnums``)
     followed by the arrays ``f`` captured (const inputs, snapshotted now).
@@ -1118,7 +1142,8 @@ def trace(
     (after the arguments) carries the actual length; such an argument may only be scanned over
     (:func:`tapejit.scan`). ``forced`` maps a guard number (1-based, the native status of its
     failure) to the outcome the trace follows there instead of the example's: for a retrace
-    after native code decided a comparison the other way on the same input. ``f`` must return
+    after native code decided a comparison the other way on the same input.
+    ``check_max_steps=False`` records no :func:`max_steps_check`. ``f`` must return
     a scalar (shape ``()``) float. Raises
     :class:`TracingError` for anything that cannot be traced, naming the user's file and line.
     """
@@ -1134,6 +1159,7 @@ def trace(
         )
     st = _Trace()
     st.forced = dict(forced or {})
+    st.check_max_steps = check_max_steps
     tracers = []
     for i, a in enumerate(args):
         t, value = _input_type(a, i)
