@@ -1,0 +1,247 @@
+"""Random numpy programs for the differential fuzzer (tests/test_fuzz.py).
+
+A program is Python source: ``def f(x, y): ...`` built statement by statement from a random
+stream of choices (a Hypothesis ``data`` object, so failures shrink and replay). Every
+statement keeps the values in a safe range — arguments of ``log``/``sqrt`` are made positive,
+exponents bounded, divisions kept away from zero — so the numpy value is finite and the function
+smooth except at a few kinks (``maximum``, ``max``, ``where`` and guarded branches), which the
+checker recognises by a finite difference that depends on its step.
+
+The generator tracks each variable's shape, so every expression is valid numpy: elementwise ops
+on broadcastable shapes, reductions with ``axis``/``keepdims``, basic and integer-array
+indexing, in-place updates of arrays made with ``zeros_like``/``copy``, ``@`` on aligned shapes,
+``tj.where``, Python ``if`` on a reduction (a guard), Python loops over elements, and
+``fori_loop``/``scan``/``while_loop``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import strategies as st
+
+UNARY = [
+    "np.exp(np.tanh({a}))",
+    "np.log({a} * {a} + 0.5)",
+    "np.sqrt({a} * {a} + 0.1)",
+    "np.sin({a})",
+    "np.cos({a})",
+    "np.tanh({a})",
+    "np.log1p({a} * {a})",
+    "np.expm1(np.tanh({a}))",
+    "{a} ** 2",
+    "{a} ** 3 * 0.1",
+    "-{a}",
+    "np.square({a})",
+    "1.0 / ({a} * {a} + 1.0)",
+    "np.arctanh(np.tanh({a}) * 0.5)",
+    "np.sinh(np.tanh({a}))",
+    "np.hypot({a}, 0.5)",
+    "np.logaddexp({a}, 0.3)",
+    "np.cumsum({a}) * 0.1",
+]
+KINKED_UNARY = ["np.abs({a})", "np.maximum({a}, 0.1)", "np.clip({a}, -0.5, 0.8)"]
+BINARY = [
+    "{a} + {b}",
+    "{a} - {b}",
+    "{a} * {b}",
+    "{a} / ({b} * {b} + 0.5)",
+    "np.maximum({a}, {b})",
+    "np.minimum({a}, {b})",
+    "tj.where({a} > {b}, {a} * 2.0, {b})",
+]
+
+
+def broadcast(s1: tuple, s2: tuple) -> tuple | None:
+    out = []
+    for d1, d2 in zip(reversed((1,) * (len(s2) - len(s1)) + s1), reversed((1,) * (len(s1) - len(s2)) + s2)):
+        if d1 != d2 and 1 not in (d1, d2):
+            return None
+        out.append(max(d1, d2))
+    return tuple(reversed(out))
+
+
+@dataclass
+class Program:
+    """Source lines and the shapes of the variables defined so far."""
+
+    args: list[tuple[str, tuple]]
+    lines: list[str] = field(default_factory=list)
+    shapes: dict[str, tuple] = field(default_factory=dict)
+    features: set[str] = field(default_factory=set)
+    k: int = 0
+
+    def new(self, shape: tuple, expr: str, feature: str) -> str:
+        name = f"v{self.k}"
+        self.k += 1
+        self.lines.append(f"    {name} = {expr}")
+        self.shapes[name] = shape
+        self.features.add(feature)
+        return name
+
+    def source(self, result: str) -> str:
+        params = ", ".join(n for n, _ in self.args)
+        body = "\n".join(self.lines)
+        return f"def f({params}):\n{body}\n    return {result}\n"
+
+
+def _pick(data, prog: Program, want=None) -> str | None:
+    names = [n for n, s in prog.shapes.items() if want is None or want(s)]
+    return data.draw(st.sampled_from(names)) if names else None
+
+
+def _statement(data, prog: Program) -> None:
+    kind = data.draw(
+        st.sampled_from(
+            ["unary", "unary", "binary", "binary", "reduce", "index", "inplace", "matmul",
+             "where", "guard", "pyloop", "fori", "scan", "while", "kink", "assemble"]
+        )
+    )  # fmt: skip
+    a = _pick(data, prog)
+    sa = prog.shapes[a]
+    if kind == "unary":
+        tmpl = data.draw(st.sampled_from(UNARY))
+        if "cumsum" in tmpl and len(sa) != 1:
+            tmpl = "np.sin({a})"
+        prog.new(sa, tmpl.format(a=a), "unary")
+    elif kind == "kink":
+        prog.new(sa, data.draw(st.sampled_from(KINKED_UNARY)).format(a=a), "kink")
+    elif kind in ("binary", "where"):
+        b = _pick(data, prog, lambda s: broadcast(s, sa) is not None)
+        shape = broadcast(sa, prog.shapes[b])
+        tmpl = BINARY[6] if kind == "where" else data.draw(st.sampled_from(BINARY))
+        prog.new(shape, tmpl.format(a=a, b=b), kind)
+    elif kind == "reduce":
+        fn = data.draw(st.sampled_from(["np.sum", "np.mean", "np.max", "np.min", "np.var", "np.prod"]))
+        if not sa or data.draw(st.booleans()):
+            arg = f"np.tanh({a})" if fn == "np.prod" else a
+            prog.new((), f"{fn}({arg})", "reduce")
+        else:
+            ax = data.draw(st.integers(-len(sa), len(sa) - 1))
+            keep = data.draw(st.booleans())
+            shape = tuple(1 if i == ax % len(sa) else d for i, d in enumerate(sa)) if keep else tuple(
+                d for i, d in enumerate(sa) if i != ax % len(sa)
+            )
+            arg = f"np.tanh({a})" if fn == "np.prod" else a
+            prog.new(shape, f"{fn}({arg}, axis={ax}, keepdims={keep})", "reduce")
+    elif kind == "index":
+        if not sa:
+            prog.new((), f"{a} * 1.5", "index")
+            return
+        d0 = sa[0]
+        form = data.draw(st.sampled_from(["int", "slice", "neg", "T", "reshape", "gather", "newaxis"]))
+        if form == "int":
+            i = data.draw(st.integers(-d0, d0 - 1))
+            prog.new(sa[1:], f"{a}[{i}]", "index")
+        elif form == "slice":
+            lo = data.draw(st.integers(0, d0 - 1))
+            hi = data.draw(st.integers(lo + 1, d0))
+            step = data.draw(st.integers(1, 3))
+            prog.new((len(range(lo, hi, step)),) + sa[1:], f"{a}[{lo}:{hi}:{step}]", "index")
+        elif form == "neg":
+            prog.new(sa, f"{a}[::-1]", "index")
+        elif form == "T":
+            prog.new(tuple(reversed(sa)), f"{a}.T", "index")
+        elif form == "reshape":
+            n = 1
+            for d in sa:
+                n *= d
+            prog.new((n,), f"{a}.reshape(-1)", "index")
+        elif form == "gather":
+            idx = data.draw(st.lists(st.integers(0, d0 - 1), min_size=1, max_size=5))
+            prog.new((len(idx),) + sa[1:], f"{a}[{idx}]", "gather")
+        else:
+            prog.new((1,) + sa, f"{a}[None]", "index")
+    elif kind == "inplace":
+        if not sa:
+            prog.new((), f"{a} + 0.5", "inplace")
+            return
+        name = f"v{prog.k}"
+        start = data.draw(st.sampled_from([f"np.zeros_like({a})", f"{a}.copy()", f"{a} * 1.0"]))
+        prog.lines.append(f"    {name} = {start}")
+        prog.k += 1
+        prog.shapes[name] = sa
+        for _ in range(data.draw(st.integers(1, 3))):
+            i = data.draw(st.integers(0, sa[0] - 1))
+            src = _pick(data, prog, lambda s: broadcast(s, sa[1:]) == sa[1:]) or "0.5"
+            op = data.draw(st.sampled_from(["=", "+=", "*=", "-="]))
+            key = data.draw(st.sampled_from([f"{i}", f"{i}:{i + 1}", f"{i}:"]))
+            prog.lines.append(f"    {name}[{key}] {op} np.tanh({src})")
+        prog.features.add("inplace")
+    elif kind == "matmul":
+        if len(sa) == 2:
+            b = _pick(data, prog, lambda s: len(s) in (1, 2) and s[0] == sa[1])
+            if b is not None:
+                sb = prog.shapes[b]
+                prog.new(sa[:1] + sb[1:], f"{a} @ {b}", "matmul")
+                return
+        if len(sa) == 1:
+            prog.new((), f"{a} @ np.tanh({a})", "matmul")
+        else:
+            prog.new(sa, f"{a} * 2.0", "matmul")
+    elif kind == "guard":
+        prog.lines.append(f"    if np.sum({a}) > 0.3:")
+        prog.lines.append(f"        v{prog.k} = np.sin({a}) * 2.0")
+        prog.lines.append("    else:")
+        prog.lines.append(f"        v{prog.k} = {a} * {a} - 1.0")
+        prog.shapes[f"v{prog.k}"] = sa
+        prog.k += 1
+        prog.features.add("guard")
+    elif kind == "pyloop":
+        if len(sa) != 1:
+            prog.new(sa, f"np.cos({a})", "pyloop")
+            return
+        name = f"v{prog.k}"
+        prog.k += 1
+        prog.lines.append(f"    {name} = 0.0")
+        prog.lines.append(f"    for i in range(len({a})):")
+        prog.lines.append(f"        {name} = {name} * 0.5 + np.sin({a}[i]) * (i + 1.0)")
+        prog.shapes[name] = ()
+        prog.features.add("pyloop")
+    elif kind == "fori":
+        prog.new(sa, f"tj.fori_loop(0, 3, lambda i, c: c * 0.8 + np.sin(c) * 0.1 + i * 0.01, {a})", "fori")
+    elif kind == "scan":
+        if len(sa) < 1:
+            prog.new(sa, f"{a} * 0.3", "scan")
+            return
+        name = f"v{prog.k}"
+        prog.k += 1
+        init = f"np.zeros_like({a}[0])"
+        prog.lines.append(
+            f"    {name}, _ys = tj.scan(lambda c, xt: (c * 0.5 + np.tanh(xt), np.sum(c * xt)), {init}, {a})"
+        )
+        prog.shapes[name] = sa[1:]
+        prog.features.add("scan")
+    elif kind == "while":
+        prog.new(
+            sa,
+            f"tj.while_loop(lambda c: np.sum(c * c) > 0.05, lambda c: c * 0.7, {a} + 0.1, max_steps=64)",
+            "while",
+        )
+    elif kind == "assemble":
+        b = _pick(data, prog, lambda s: s == sa)
+        if not sa:
+            prog.new((2,), f"np.stack([{a}, {b}])", "assemble")
+        else:
+            prog.new((2 * sa[0],) + sa[1:], f"np.concatenate([{a}, np.sin({b})])", "assemble")
+
+
+SHAPES = st.one_of(
+    st.just(()),
+    st.tuples(st.integers(1, 6)),
+    st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    st.tuples(st.integers(1, 40)),
+)
+
+
+def program(data) -> tuple[str, list[tuple[str, tuple]], set[str]]:
+    """Draw a program: its source, its arguments (name, shape), and the features it uses."""
+    n_args = data.draw(st.integers(1, 2))
+    args = [(n, data.draw(SHAPES)) for n in ("x", "y")[:n_args]]
+    prog = Program(args)
+    prog.shapes.update(dict(args))
+    for _ in range(data.draw(st.integers(1, 7))):
+        _statement(data, prog)
+    # the result uses every variable, each with a distinct weight
+    terms = [f"np.sum({n}) * {0.3 + 0.1 * k:.1f}" for k, n in enumerate(prog.shapes)]
+    return prog.source(" + ".join(terms)), args, prog.features

@@ -1,0 +1,152 @@
+"""Differential fuzzer: random numpy programs (tests/fuzzgen.py), each compiled and checked —
+its value against plain numpy (rel 1e-9), its gradient against float64 central differences in
+random directions (JAX's ``check_grads`` method: ``<grad, v>`` vs ``(f(x+hv) - f(x-hv)) / 2h``,
+rel 1e-5 + abs 1e-6 of the scale), at the example input and at a second input (which may take
+another branch of a guard: a recompile).
+
+A clear error from tapejit (``TracingError``, ``TypeError``/``ValueError`` naming what is wrong)
+is counted, not failed; an internal error or a mismatch fails, printing the program as
+standalone Python with its inputs. A finite difference that changes with its step (the program
+sits on a kink of ``max``, ``where`` or a guard) is counted as non-smooth and skipped.
+
+CI runs a bounded, derandomised profile; ``TAPEJIT_FUZZ_EXAMPLES=20000`` runs a long random one
+(its seed is printed). Counts go to stdout (``-s``) and ``$TMPDIR/tapejit-fuzz-counts.json``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import tempfile
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+
+import tapejit as tj
+
+from fuzzgen import program
+
+LONG = int(os.environ.get("TAPEJIT_FUZZ_EXAMPLES", "0"))
+EXAMPLES = LONG or 150
+#: the long profile's random seed (TAPEJIT_FUZZ_SEED replays one)
+SEED = int(os.environ.get("TAPEJIT_FUZZ_SEED", int.from_bytes(os.urandom(4), "little")))
+COUNTS: collections.Counter = collections.Counter()
+FEATURES: collections.Counter = collections.Counter()
+
+
+def _settings():
+    common = dict(
+        max_examples=EXAMPLES,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        database=None,
+    )
+    return settings(derandomize=not LONG, **common)
+
+
+def _report(src: str, xs, what: str) -> str:
+    args = ", ".join(f"np.array({np.asarray(x).tolist()!r})" for x in xs)
+    return (
+        f"{what}\n--- standalone reproducer ---\nimport numpy as np, tapejit as tj\n\n{src}\n"
+        f"xs = [{args}]\n"
+        "g = tj.compile(f, *xs, argnums=tuple(range(len(xs))), cache=False)\n"
+        "print(g.value_and_grad(*xs), f(*xs))\n"
+    )
+
+
+def _fd(f, xs, vs, h):
+    with np.errstate(all="ignore"):
+        fp = f(*[x + h * v for x, v in zip(xs, vs)])
+        fm = f(*[x - h * v for x, v in zip(xs, vs)])
+    return (float(fp) - float(fm)) / (2 * h)
+
+
+def _check_point(f, g, xs, src, rng) -> str:
+    """'ok' or 'kink'; raises AssertionError with a reproducer on a mismatch."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = float(f(*[x.copy() for x in xs]))
+        value, grads = g.value_and_grad(*xs)
+    if not np.isfinite(want):
+        return "nonfinite"
+    scale = max(1.0, abs(want))
+    if not value == pytest.approx(want, rel=1e-9, abs=1e-9 * scale):
+        raise AssertionError(_report(src, xs, f"value {value!r} != numpy {want!r}"))
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    for _ in range(2):
+        vs = [rng.standard_normal(np.shape(x)) for x in xs]
+        got = sum(float(np.vdot(gr, v)) for gr, v in zip(grads, vs))
+        fd = _fd(f, xs, vs, 1e-6)
+        tol = 1e-5 * max(abs(fd), abs(got)) + 1e-6 * scale
+        if abs(got - fd) > tol:
+            fd2 = _fd(f, xs, vs, 1e-7)
+            if abs(fd2 - fd) > 1e-4 * max(1.0, abs(fd)):
+                return "kink"  # the finite difference depends on its step: not smooth here
+            raise AssertionError(
+                _report(src, xs, f"<grad, v> = {got!r}, central difference {fd!r} (h=1e-6), {fd2!r} (h=1e-7)")
+            )
+    return "ok"
+
+
+@seed(SEED)
+@_settings()
+@given(st.data())
+def test_random_programs_match_numpy_and_finite_differences(data):
+    src, args, features = program(data)
+    seed = data.draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    xs = [rng.uniform(-1.5, 1.5, shape) for _, shape in args]
+    env = {"np": np, "tj": tj}
+    exec(compile(src, "<fuzz program>", "exec"), env)
+    f = env["f"]
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ref = float(f(*[x.copy() for x in xs]))
+        except (ValueError, IndexError, TypeError, FloatingPointError):
+            COUNTS["invalid numpy program"] += 1
+            return
+    if not np.isfinite(ref):
+        COUNTS["non-finite value"] += 1
+        return
+    COUNTS["programs"] += 1
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            g = tj.compile(f, *xs, argnums=tuple(range(len(xs))), cache=False)
+    except (tj.TracingError, TypeError, ValueError) as e:
+        COUNTS["clear errors"] += 1
+        COUNTS["clear error: " + str(e).split(": ", 1)[-1][:60]] += 1
+        return
+    except Exception as e:  # noqa: BLE001 - an internal error is a failure, with the program
+        raise AssertionError(_report(src, xs, f"internal error {type(e).__name__}: {e}")) from e
+    outcomes = []
+    for point in range(2):
+        pts = xs if point == 0 else [rng.uniform(-1.5, 1.5, np.shape(x)) for x in xs]
+        try:
+            outcomes.append(_check_point(f, g, pts, src, rng))
+        except AssertionError:
+            COUNTS["mismatches"] += 1
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(_report(src, pts, f"internal error {type(e).__name__}: {e}")) from e
+    COUNTS["passed" if "kink" not in outcomes else "non-smooth (skipped)"] += 1
+    for feat in features:
+        FEATURES[feat] += 1
+
+
+def teardown_module(module):
+    summary = {
+        "counts": dict(COUNTS),
+        "features": dict(FEATURES),
+        "examples": EXAMPLES,
+        "seed": SEED if LONG else "derandomized",
+    }
+    path = os.path.join(tempfile.gettempdir(), "tapejit-fuzz-counts.json")
+    with open(path, "w") as fh:
+        json.dump(summary, fh, indent=1, sort_keys=True)
+    print("\nfuzz counts:", json.dumps(summary, sort_keys=True))
