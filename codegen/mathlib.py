@@ -603,23 +603,49 @@ def _pow(b, x, y):
 @dataclass(frozen=True)
 class Math:
     """One row of :data:`MATH`: either an IR ``body`` (emitted once per module as
-    ``tapejit.math.<op>``) or a native ``intrinsic`` (emitted in place)."""
+    ``tapejit.math.<op>``) or a native ``intrinsic`` (emitted in place).
+
+    A ``body`` row states its accuracy contract, which ``tests/test_mathlib.py`` checks on
+    2^20 points per domain: at most ``ulp`` whole ulps from numpy and ``ulp_ld`` (fractional)
+    ulps from an x86 long-double evaluation, on each of its ``domains`` — ``(label, sampling,
+    lo, hi)`` with sampling ``"uniform"`` on [lo, hi], ``"log"`` (magnitudes 10^lo..10^hi) or
+    ``"-log"`` (the same, negative)."""
 
     arity: int
     body: Callable[..., ir.Value] | None = None
     intrinsic: str | None = None
+    ulp: int | None = None
+    ulp_ld: float | None = None
+    domains: tuple[tuple[str, str, float, float], ...] = ()
 
 
 #: op -> implementation. lower.py builds its EMIT rows from these keys.
 MATH: dict[str, Math] = {
-    "exp":     Math(1, body=_exp),
-    "log":     Math(1, body=_log),
-    "log1p":   Math(1, body=_log1p),
-    "expm1":   Math(1, body=_expm1),
-    "sin":     Math(1, body=_sin),
-    "cos":     Math(1, body=_cos),
-    "tanh":    Math(1, body=_tanh),
-    "pow":     Math(2, body=_pow),
+    "exp":     Math(1, body=_exp, ulp=1, ulp_ld=0.8, domains=(
+        ("[-745, 710]", "uniform", -745.2, 709.8), ("[-1, 1]", "uniform", -1, 1),
+        ("subnormal results", "uniform", -745.2, -708))),
+    "log":     Math(1, body=_log, ulp=1, ulp_ld=0.85, domains=(
+        ("subnormal..1e308", "log", -323.5, 308.2), ("near 1", "uniform", 0.9, 1.1),
+        ("[0.5, 2]", "uniform", 0.5, 2))),
+    "log1p":   Math(1, body=_log1p, ulp=1, ulp_ld=0.85, domains=(
+        ("[-0.9, 10]", "uniform", -0.9, 10), ("|x| in 1e-20..1e-2", "-log", -20, -2),
+        ("1e-300..1e300", "log", -300, 300))),
+    "expm1":   Math(1, body=_expm1, ulp=1, ulp_ld=0.9, domains=(
+        ("[-1, 1]", "uniform", -1, 1), ("[-60, 709.7]", "uniform", -60, 709.7),
+        ("|x| in 1e-20..1e-3", "-log", -20, -3))),
+    "sin":     Math(1, body=_sin, ulp=1, ulp_ld=0.9, domains=(
+        ("[-10, 10]", "uniform", -10, 10), ("[-1e5, 1e5]", "uniform", -1e5, 1e5),
+        ("1e5..1e15", "log", 5, 15))),
+    "cos":     Math(1, body=_cos, ulp=1, ulp_ld=0.9, domains=(
+        ("[-10, 10]", "uniform", -10, 10), ("[-1e5, 1e5]", "uniform", -1e5, 1e5),
+        ("1e5..1e15", "-log", 5, 15))),
+    "tanh":    Math(1, body=_tanh, ulp=2, ulp_ld=0.7, domains=(
+        ("[-20, 20]", "uniform", -20, 20), ("[-0.6, 0.6]", "uniform", -0.6, 0.6))),
+    # pow's domains are two-argument samplers, named here and defined in tests/test_mathlib.py
+    "pow":     Math(2, body=_pow, ulp=1, ulp_ld=0.9, domains=(
+        ("x in [0,10], y in [-10,10]", "pow", 0, 0), ("results near 2^+-1023", "pow", 0, 0),
+        ("x near 1, |y| <= 7e4", "pow", 0, 0), ("negative x, integer y", "pow", 0, 0),
+        ("subnormal x and results", "pow", 0, 0))),
     "sqrt":    Math(1, intrinsic="llvm.sqrt"),
     "abs":     Math(1, intrinsic="llvm.fabs"),
     "maximum": Math(2, intrinsic="llvm.maximum"),

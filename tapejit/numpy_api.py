@@ -1065,16 +1065,14 @@ def _take_along_axis(arr, indices, axis):
 # ----------------------------------------------------------------------------------------------
 # The tables
 
+def _primitive(op: ops.OpDef) -> Callable[..., Tracer]:
+    return functools.partial(_unary if op.arity == 1 else _binary, op.name)
+
+
 UFUNCS: dict[str, Callable[..., Tracer]] = {
-    **{n: functools.partial(_unary, op) for n, op in [
-        ("negative", "neg"), ("exp", "exp"), ("log", "log"), ("log1p", "log1p"),
-        ("expm1", "expm1"), ("sqrt", "sqrt"), ("sin", "sin"), ("cos", "cos"), ("tanh", "tanh"),
-        ("absolute", "abs"), ("fabs", "abs"), ("sign", "sign"), ("logical_not", "not")]},
-    **{n: functools.partial(_binary, op) for n, op in [
-        ("add", "add"), ("subtract", "sub"), ("multiply", "mul"), ("divide", "div"),
-        ("true_divide", "div"), ("maximum", "maximum"), ("minimum", "minimum"),
-        ("less", "lt"), ("less_equal", "le"), ("greater", "gt"), ("greater_equal", "ge"),
-        ("equal", "eq"), ("not_equal", "ne"), ("logical_and", "and"), ("logical_or", "or")]},
+    # the primitives, by the numpy names their block in tapejit/ops.py declares
+    **{alias: _primitive(op) for op in ops.OPS.values() for alias in op.numpy},
+    # compositions
     "power": _power,
     "float_power": _power,
     "matmul": _matmul_nd,

@@ -22,6 +22,7 @@ The VJP rules follow the standard derivations (e.g. Griewank & Walther, *Evaluat
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -35,24 +36,6 @@ from .ir import Node, Type
 # ----------------------------------------------------------------------------------------------
 # Groups
 
-UNARY = ("neg", "exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tanh", "abs", "sign")
-BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
-COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
-LOGICAL = ("and", "or", "not")
-SELECT = ("where",)
-CAST = ("cast",)
-ELEMENTWISE = UNARY + BINARY + COMPARE + LOGICAL + SELECT + CAST
-REDUCE = ("reduce_sum", "reduce_max")
-SHAPE = ("broadcast_to", "reshape", "transpose")
-INDEX = ("index", "scatter_add", "scatter")
-#: Ops that write an update into a copy of their first operand at a static index set
-#: (``acc[items] += upd`` / ``acc[items] = upd``); codegen updates in place when ``acc`` dies.
-SCATTER = ("scatter_add", "scatter")
-LINALG = ("matmul",)
-CONTROL = ("loop",)
-LEAF = ("input", "const")
-#: Ops whose result is piecewise constant in their float arguments: no cotangent flows through.
-NONDIFFERENTIABLE = ("sign",) + COMPARE + LOGICAL + CAST
 #: Binary ops whose operands may be swapped: IEEE add and mul are commutative bit for bit, and
 #: ``maximum``/``minimum`` are lowered to ``llvm.maximum``/``llvm.minimum``, which order signed
 #: zeros (numpy's reference returns its second operand on a tie, so ``maximum(0.0, -0.0)`` may
@@ -75,19 +58,52 @@ class Sparse:
 
 @dataclass(frozen=True)
 class OpDef:
+    """Everything about one primitive, defined in one block of the table below.
+
+    ``group``: unary, binary, compare, logical, select, cast, reduce, shape, index, linalg,
+    control or leaf (passes and codegen match on groups). ``type_rule(arg_types, attrs)``,
+    ``ref(attrs, *values)`` (the numpy reference: the interpreter's semantics), ``vjp(g, out,
+    *args)`` (``None``: no rule; see :func:`vjp_rule`). ``numpy``: the numpy ufunc names the
+    tracer maps to this op (``np.exp`` -> ``exp``). ``cost``: one element's cost in units of a
+    vector add, for fusion's recompute-or-store rule. ``identity``: a reduction's value over
+    nothing. ``differentiable``: False for piecewise-constant ops (no cotangent flows)."""
+
     name: str
     group: str
     arity: int
     type_rule: Callable[[tuple[Type, ...], tuple], Type]
     ref: Callable[..., Any]
     vjp: Callable[..., tuple] | None
+    numpy: tuple[str, ...] = ()
+    cost: int = 1
+    identity: float | None = None
+    differentiable: bool = True
 
 
 OPS: dict[str, OpDef] = {}
 
 
-def _def(name, group, arity, type_rule, ref, vjp=None):
-    OPS[name] = OpDef(name, group, arity, type_rule, ref, vjp)
+def defop(
+    name: str,
+    group: str,
+    arity: int,
+    type_rule: Callable,
+    ref: Callable | None,
+    vjp: Callable | None = None,
+    *,
+    numpy: tuple[str, ...] = (),
+    cost: int = 1,
+    identity: float | None = None,
+    differentiable: bool = True,
+) -> None:
+    """Define primitive ``name`` (see :class:`OpDef`); a piecewise-constant op gets the rule
+    that no cotangent flows."""
+    if name in OPS:
+        raise ValueError(f"op {name!r} is defined twice")
+    if not differentiable:
+        vjp = _NO_COTANGENT
+    OPS[name] = OpDef(name, group, arity, type_rule, ref, vjp, tuple(numpy), cost, identity,
+                      differentiable)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -462,19 +478,6 @@ def _reduce_max_ref(attrs, x):
     return np.max(x, axis=attrs[0])
 
 
-_REF_UNARY = {
-    "neg": np.negative, "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1,
-    "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh, "abs": np.abs,
-    "sign": np.sign, "not": np.logical_not,
-}  # fmt: skip
-_REF_BINARY = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
-    "maximum": np.maximum, "minimum": np.minimum, "lt": np.less, "le": np.less_equal,
-    "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
-    "and": np.logical_and, "or": np.logical_or,
-}  # fmt: skip
-
-
 def _ew_ref(fn):
     return lambda attrs, *xs: fn(*xs)
 
@@ -556,37 +559,6 @@ def _matmul_vjp(g, a, b):
     return ga, gb
 
 
-_VJP = {
-    "neg":     lambda g, out, x: (neg(g),),
-    "exp":     lambda g, out, x: (mul(g, out),),
-    "log":     lambda g, out, x: (div(g, x),),
-    "log1p":   lambda g, out, x: (div(g, add(x, const(1.0))),),
-    "expm1":   lambda g, out, x: (mul(g, add(out, const(1.0))),),
-    "sqrt":    lambda g, out, x: (div(mul(g, const(0.5)), out),),
-    "sin":     lambda g, out, x: (mul(g, elementwise("cos", x)),),
-    "cos":     lambda g, out, x: (neg(mul(g, elementwise("sin", x))),),
-    "tanh":    lambda g, out, x: (mul(g, _one_minus_sq(out)),),
-    "abs":     lambda g, out, x: (mul(g, elementwise("sign", x)),),
-    "add":     lambda g, out, x, y: (g, g),
-    "sub":     lambda g, out, x, y: (g, neg(g)),
-    "mul":     lambda g, out, x, y: (mul(g, y), mul(g, x)),
-    "div":     lambda g, out, x, y: (div(g, y), neg(div(mul(g, out), y))),
-    "pow":     _pow_vjp,
-    "maximum": lambda g, out, x, y: _max_vjp(g, out, x, y, "gt"),
-    "minimum": lambda g, out, x, y: _max_vjp(g, out, x, y, "lt"),
-    "where":   lambda g, out, c, a, b: (None, where(c, g, const(0.0)), where(c, const(0.0), g)),
-    "reduce_sum": _reduce_sum_vjp,
-    "reduce_max": _reduce_max_vjp,
-    "broadcast_to": _broadcast_vjp,
-    "reshape":   lambda g, out, x: (reshape(g, x.shape),),
-    "transpose": lambda g, out, x: (transpose(g, tuple(np.argsort(out.attrs[0]).tolist())),),
-    "index":     lambda g, out, x: (Sparse(g, out.attrs),),
-    "scatter_add": lambda g, out, acc, upd: (g, index(g, out.attrs)),
-    # acc[items] = upd: the overwritten elements of acc get no cotangent
-    "scatter":   lambda g, out, acc, upd: (
-        make("scatter", g, const(0.0, upd.shape), attrs=out.attrs), index(g, out.attrs)),
-    "matmul":    lambda g, out, a, b: _matmul_vjp(g, a, b),
-}  # fmt: skip
 _NO_COTANGENT = lambda g, out, *args: (None,) * len(args)  # noqa: E731
 
 # ----------------------------------------------------------------------------------------------
@@ -878,36 +850,125 @@ def _loop_vjp(g, out, *args):
 
 
 # ----------------------------------------------------------------------------------------------
-# The table
+# The table: one block per primitive. Adding an op is one block here plus its row in each codegen
+# registry (codegen/lower.py EMIT or LOWER, codegen/mathlib.py MATH for polynomial math);
+# tests/test_registry.py names any layer without a row for an op.
 
-for _n in UNARY:
-    _def(_n, "unary", 1, _arith, _ew_ref(_REF_UNARY[_n]), _VJP.get(_n))
-for _n in BINARY:
-    _def(_n, "binary", 2, _arith, _ew_ref(_REF_BINARY[_n]), _VJP[_n])
-for _n in COMPARE:
-    _def(_n, "compare", 2, _compare, _ew_ref(_REF_BINARY[_n]))
-for _n in ("and", "or"):
-    _def(_n, "logical", 2, _logical, _ew_ref(_REF_BINARY[_n]))
-_def("not", "logical", 1, _logical, _ew_ref(np.logical_not))
-_def("where", "select", 3, _where, _ew_ref(np.where), _VJP["where"])
-_def("cast", "cast", 1, _cast, lambda attrs, x: np.asarray(x).astype(ir.NUMPY_DTYPE[attrs[0]]))
-_def("reduce_sum", "reduce", 1, _reduce, lambda a, x: np.sum(x, axis=a[0]), _VJP["reduce_sum"])
-_def("reduce_max", "reduce", 1, _reduce, _reduce_max_ref, _VJP["reduce_max"])
-_def("broadcast_to", "shape", 1, _broadcast_to, lambda a, x: np.broadcast_to(x, a[0]), _VJP["broadcast_to"])  # fmt: skip
-_def("reshape", "shape", 1, _reshape, lambda a, x: np.reshape(x, a[0]), _VJP["reshape"])
-_def("transpose", "shape", 1, _transpose, lambda a, x: np.transpose(x, a[0]), _VJP["transpose"])
-_def("index", "index", 1, _index, lambda a, x: np.asarray(x)[_np_items(a)], _VJP["index"])
-_def("scatter_add", "index", 2, _scatter_add, _scatter_ref, _VJP["scatter_add"])
-_def("scatter", "index", 2, _scatter, _scatter_set_ref, _VJP["scatter"])
-_def("matmul", "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y), _VJP["matmul"])
-_def("loop", "control", -1, _loop, _loop_ref, _loop_vjp)
-_def("input", "leaf", 0, _leaf, None)
-_def("const", "leaf", 0, _leaf, None)
+# fmt: off
+_E = _ew_ref
+_MATH_COST = 20  # a polynomial exp/log/sin...: ~15-25 vector adds per element
 
-for _n in NONDIFFERENTIABLE:
-    OPS[_n] = OpDef(_n, OPS[_n].group, OPS[_n].arity, OPS[_n].type_rule, OPS[_n].ref, _NO_COTANGENT)
+# -- elementwise unary (float -> float)
+defop("neg", "unary", 1, _arith, _E(np.negative), lambda g, out, x: (neg(g),),
+      numpy=("negative",))
+defop("exp", "unary", 1, _arith, _E(np.exp), lambda g, out, x: (mul(g, out),),
+      numpy=("exp",), cost=_MATH_COST)
+defop("log", "unary", 1, _arith, _E(np.log), lambda g, out, x: (div(g, x),),
+      numpy=("log",), cost=_MATH_COST)
+defop("log1p", "unary", 1, _arith, _E(np.log1p), lambda g, out, x: (div(g, add(x, const(1.0))),),
+      numpy=("log1p",), cost=_MATH_COST)
+defop("expm1", "unary", 1, _arith, _E(np.expm1), lambda g, out, x: (mul(g, add(out, const(1.0))),),
+      numpy=("expm1",), cost=_MATH_COST)
+defop("sqrt", "unary", 1, _arith, _E(np.sqrt), lambda g, out, x: (div(mul(g, const(0.5)), out),),
+      numpy=("sqrt",), cost=4)
+defop("sin", "unary", 1, _arith, _E(np.sin), lambda g, out, x: (mul(g, elementwise("cos", x)),),
+      numpy=("sin",), cost=_MATH_COST)
+defop("cos", "unary", 1, _arith, _E(np.cos), lambda g, out, x: (neg(mul(g, elementwise("sin", x))),),
+      numpy=("cos",), cost=_MATH_COST)
+defop("tanh", "unary", 1, _arith, _E(np.tanh), lambda g, out, x: (mul(g, _one_minus_sq(out)),),
+      numpy=("tanh",), cost=_MATH_COST)
+defop("abs", "unary", 1, _arith, _E(np.abs), lambda g, out, x: (mul(g, elementwise("sign", x)),),
+      numpy=("absolute", "fabs"))
+defop("sign", "unary", 1, _arith, _E(np.sign), None, numpy=("sign",), differentiable=False)
 
-assert set(OPS) == set(ELEMENTWISE + REDUCE + SHAPE + INDEX + LINALG + CONTROL + LEAF)
+# -- elementwise binary
+defop("add", "binary", 2, _arith, _E(np.add), lambda g, out, x, y: (g, g), numpy=("add",))
+defop("sub", "binary", 2, _arith, _E(np.subtract), lambda g, out, x, y: (g, neg(g)),
+      numpy=("subtract",))
+defop("mul", "binary", 2, _arith, _E(np.multiply), lambda g, out, x, y: (mul(g, y), mul(g, x)),
+      numpy=("multiply",))
+defop("div", "binary", 2, _arith, _E(np.divide),
+      lambda g, out, x, y: (div(g, y), neg(div(mul(g, out), y))),
+      numpy=("divide", "true_divide"), cost=4)
+defop("pow", "binary", 2, _arith, _E(np.power), _pow_vjp, cost=_MATH_COST)
+defop("maximum", "binary", 2, _arith, _E(np.maximum),
+      lambda g, out, x, y: _max_vjp(g, out, x, y, "gt"), numpy=("maximum",))
+defop("minimum", "binary", 2, _arith, _E(np.minimum),
+      lambda g, out, x, y: _max_vjp(g, out, x, y, "lt"), numpy=("minimum",))
+
+# -- comparisons and logic (bool results: no cotangent)
+for _n, _fn, _np in [("lt", np.less, "less"), ("le", np.less_equal, "less_equal"),
+                     ("gt", np.greater, "greater"), ("ge", np.greater_equal, "greater_equal"),
+                     ("eq", np.equal, "equal"), ("ne", np.not_equal, "not_equal")]:
+    defop(_n, "compare", 2, _compare, _E(_fn), None, numpy=(_np,), differentiable=False)
+defop("and", "logical", 2, _logical, _E(np.logical_and), None, numpy=("logical_and",),
+      differentiable=False)
+defop("or", "logical", 2, _logical, _E(np.logical_or), None, numpy=("logical_or",),
+      differentiable=False)
+defop("not", "logical", 1, _logical, _E(np.logical_not), None, numpy=("logical_not",),
+      differentiable=False)
+
+# -- select and cast
+defop("where", "select", 3, _where, _E(np.where),
+      lambda g, out, c, a, b: (None, where(c, g, const(0.0)), where(c, const(0.0), g)))
+defop("cast", "cast", 1, _cast, lambda attrs, x: np.asarray(x).astype(ir.NUMPY_DTYPE[attrs[0]]),
+      None, differentiable=False)
+
+# -- reductions
+defop("reduce_sum", "reduce", 1, _reduce, lambda a, x: np.sum(x, axis=a[0]), _reduce_sum_vjp,
+      identity=0.0)
+defop("reduce_max", "reduce", 1, _reduce, _reduce_max_ref, _reduce_max_vjp, identity=-math.inf)
+
+# -- shapes and indexing
+defop("broadcast_to", "shape", 1, _broadcast_to, lambda a, x: np.broadcast_to(x, a[0]),
+      _broadcast_vjp)
+defop("reshape", "shape", 1, _reshape, lambda a, x: np.reshape(x, a[0]),
+      lambda g, out, x: (reshape(g, x.shape),))
+defop("transpose", "shape", 1, _transpose, lambda a, x: np.transpose(x, a[0]),
+      lambda g, out, x: (transpose(g, tuple(np.argsort(out.attrs[0]).tolist())),))
+defop("index", "index", 1, _index, lambda a, x: np.asarray(x)[_np_items(a)],
+      lambda g, out, x: (Sparse(g, out.attrs),))
+defop("scatter_add", "index", 2, _scatter_add, _scatter_ref,
+      lambda g, out, acc, upd: (g, index(g, out.attrs)))
+# acc[items] = upd: the overwritten elements of acc get no cotangent
+defop("scatter", "index", 2, _scatter, _scatter_set_ref,
+      lambda g, out, acc, upd: (make("scatter", g, const(0.0, upd.shape), attrs=out.attrs),
+                                index(g, out.attrs)))
+
+# -- linear algebra, control, leaves
+defop("matmul", "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),
+      lambda g, out, a, b: _matmul_vjp(g, a, b))
+defop("loop", "control", -1, _loop, _loop_ref, _loop_vjp)
+defop("input", "leaf", 0, _leaf, None)
+defop("const", "leaf", 0, _leaf, None)
+# fmt: on
+
+
+def _group(*names: str) -> tuple[str, ...]:
+    return tuple(n for n, d in OPS.items() if d.group in names)
+
+
+UNARY = _group("unary")
+BINARY = _group("binary")
+COMPARE = _group("compare")
+LOGICAL = _group("logical")
+SELECT = _group("select")
+CAST = _group("cast")
+ELEMENTWISE = UNARY + BINARY + COMPARE + LOGICAL + SELECT + CAST
+REDUCE = _group("reduce")
+SHAPE = _group("shape")
+INDEX = _group("index")
+#: Ops that write an update into a copy of their first operand at a static index set
+#: (``acc[items] += upd`` / ``acc[items] = upd``); codegen updates in place when ``acc`` dies.
+SCATTER = ("scatter_add", "scatter")
+LINALG = _group("linalg")
+CONTROL = _group("control")
+LEAF = _group("leaf")
+#: Ops whose result is piecewise constant in their float arguments: no cotangent flows through.
+NONDIFFERENTIABLE = tuple(n for n, d in OPS.items() if not d.differentiable)
+#: The ops as an enum: ``Op.EXP == "exp"`` (a ``StrEnum``, so a node's ``op`` string compares
+#: equal to its member); new code names ops through it.
+Op = enum.StrEnum("Op", {n.upper(): n for n in OPS})
 
 
 def vjp_rule(op: str) -> Callable[..., tuple]:

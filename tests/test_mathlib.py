@@ -183,33 +183,28 @@ def _ranges():
     def pow_subnormal():
         return np.exp(rng.uniform(-745, -690, N)), rng.uniform(0.95, 1.05, N)
 
-    # (op, label, sampler, max ulps vs numpy, max ulps vs long double)
+    pow_samplers = {
+        "x in [0,10], y in [-10,10]": pow_mixed,
+        "results near 2^+-1023": pow_large,
+        "x near 1, |y| <= 7e4": pow_near_one,
+        "negative x, integer y": pow_negative_base,
+        "subnormal x and results": pow_subnormal,
+    }
+
+    def sampler(label, kind, lo, hi):
+        if kind == "pow":
+            return pow_samplers[label]
+        if kind == "uniform":
+            return u(lo, hi)
+        return _logu(rng, lo, hi, -1.0 if kind == "-log" else 1.0)
+
+    # (op, label, sampler, max ulps vs numpy, max ulps vs long double): the contract each
+    # MATH row of codegen/mathlib.py states
     return [
-        ("exp", "[-745, 710]", u(-745.2, 709.8), 1, 0.8),
-        ("exp", "[-1, 1]", u(-1, 1), 1, 0.8),
-        ("exp", "subnormal results", u(-745.2, -708), 1, 0.8),
-        ("log", "subnormal..1e308", _logu(rng, -323.5, 308.2), 1, 0.85),
-        ("log", "near 1", u(0.9, 1.1), 1, 0.85),
-        ("log", "[0.5, 2]", u(0.5, 2), 1, 0.85),
-        ("log1p", "[-0.9, 10]", u(-0.9, 10), 1, 0.85),
-        ("log1p", "|x| in 1e-20..1e-2", _logu(rng, -20, -2, -1.0), 1, 0.8),
-        ("log1p", "1e-300..1e300", _logu(rng, -300, 300), 1, 0.8),
-        ("expm1", "[-1, 1]", u(-1, 1), 1, 0.9),
-        ("expm1", "[-60, 709.7]", u(-60, 709.7), 1, 0.9),
-        ("expm1", "|x| in 1e-20..1e-3", _logu(rng, -20, -3, -1.0), 1, 0.6),
-        ("tanh", "[-20, 20]", u(-20, 20), 2, 0.7),
-        ("tanh", "[-0.6, 0.6]", u(-0.6, 0.6), 2, 0.7),
-        ("sin", "[-10, 10]", u(-10, 10), 1, 0.9),
-        ("cos", "[-10, 10]", u(-10, 10), 1, 0.9),
-        ("sin", "[-1e5, 1e5]", u(-1e5, 1e5), 1, 0.9),
-        ("cos", "[-1e5, 1e5]", u(-1e5, 1e5), 1, 0.9),
-        ("sin", "1e5..1e15", _logu(rng, 5, 15), 1, 0.9),
-        ("cos", "1e5..1e15", _logu(rng, 5, 15, -1.0), 1, 0.9),
-        ("pow", "x in [0,10], y in [-10,10]", pow_mixed, 1, 0.8),
-        ("pow", "results near 2^+-1023", pow_large, 1, 0.9),
-        ("pow", "x near 1, |y| <= 7e4", pow_near_one, 1, 0.8),
-        ("pow", "negative x, integer y", pow_negative_base, 1, 0.8),
-        ("pow", "subnormal x and results", pow_subnormal, 1, 0.9),
+        (op, label, sampler(label, kind, lo, hi), row.ulp, row.ulp_ld)
+        for op, row in mathlib.MATH.items()
+        if row.body is not None
+        for label, kind, lo, hi in row.domains
     ]
 
 

@@ -20,7 +20,7 @@ Placement (greedy, in topological order, each node as early as its operands allo
 
 Reuse or recompute: a value computed in one loop and read elementwise by a later loop is either
 kept in memory (a store, later a load, a buffer) or recomputed in the later loop. The cost rule:
-recompute when the summed :data:`OP_COST` of the nodes to recompute is at most
+recompute when the summed cost (``tapejit.ops.OpDef.cost``) of the nodes to recompute is at most
 :data:`RECOMPUTE_BUDGET` (the cost of the store and the reload, in units of an add). So
 ``x + 1`` is recomputed and ``exp(...)`` is reused — for any op, not as a special case. The costs
 are rough reciprocal-throughput ratios of a vectorised loop on x86-64 (Agner Fog's instruction
@@ -38,12 +38,6 @@ from dataclasses import dataclass, field
 from .. import ops
 from ..ir import Graph, Kernel, Node
 
-#: Cost of one element of an op, in units of a vector add (see the module docstring).
-OP_COST: dict[str, int] = {
-    **{op: 20 for op in ("exp", "log", "log1p", "expm1", "sin", "cos", "tanh", "pow")},
-    "div": 4,
-    "sqrt": 4,
-}
 #: Recompute a value in a later loop when its recomputation costs at most this much.
 RECOMPUTE_BUDGET = 2
 
@@ -56,7 +50,7 @@ _EW_GROUPS = ("unary", "binary", "compare", "logical", "select", "cast")
 
 
 def op_cost(n: Node) -> int:
-    return 0 if n.op == "const" else OP_COST.get(n.op, 1)
+    return 0 if n.op == "const" else ops.OPS[n.op].cost
 
 
 def classify(n: Node) -> str:
