@@ -72,6 +72,7 @@ EMIT: dict[str, Callable[..., ir.Value]] = {
     "sub": lambda b, n, x, y: b.fsub(x, y),
     "mul": lambda b, n, x, y: b.fmul(x, y),
     "div": lambda b, n, x, y: b.fdiv(x, y),
+    "fmod": lambda b, n, x, y: b.frem(x, y),  # LLVM's frem is C's fmod
     "sign": _sign,
     "lt": lambda b, n, x, y: b.fcmp_ordered("<", x, y),
     "le": lambda b, n, x, y: b.fcmp_ordered("<=", x, y),

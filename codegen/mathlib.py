@@ -647,6 +647,10 @@ MATH: dict[str, Math] = {
         ("x near 1, |y| <= 7e4", "pow", 0, 0), ("negative x, integer y", "pow", 0, 0),
         ("subnormal x and results", "pow", 0, 0))),
     "sqrt":    Math(1, intrinsic="llvm.sqrt"),
+    "floor":   Math(1, intrinsic="llvm.floor"),
+    "ceil":    Math(1, intrinsic="llvm.ceil"),
+    "rint":    Math(1, intrinsic="llvm.rint"),  # round half to even, as numpy
+    "trunc":   Math(1, intrinsic="llvm.trunc"),
     "abs":     Math(1, intrinsic="llvm.fabs"),
     "maximum": Math(2, intrinsic="llvm.maximum"),
     "minimum": Math(2, intrinsic="llvm.minimum"),

@@ -868,6 +868,27 @@ def _xlog1py(x, y):
     return _where(x == 0.0, 0.0, x * np.log1p(safe))
 
 
+def _remainder(a, b):
+    """numpy's ``mod``/``remainder``/``%``: ``fmod`` moved to the sign of ``b`` (numpy's own
+    ``npy_divmod``), exact like it."""
+    a, b = _t(a), _t(b)
+    m = _binary("fmod", a, b)
+    wrong_side = (m != 0.0) & ((b < 0.0) != (m < 0.0))
+    return _where(wrong_side, m + b, m)
+
+
+def _round(a, decimals=0, out=None):
+    """numpy's ``round``: half to even, by scaling with 10^decimals as numpy does."""
+    _no_out(out, "round")
+    a = _t(a)
+    if decimals == 0:
+        return _unary("rint", a)
+    scale = 10.0 ** decimals
+    if decimals > 0:
+        return _unary("rint", a * scale) / scale
+    return _unary("rint", a / (1.0 / scale)) * (1.0 / scale)
+
+
 def _where_fn(c, x=None, y=None):
     if x is None or y is None:
         raise _fail("numpy.where with one argument (indices) is not supported")
@@ -1099,6 +1120,7 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "fmin": _fmin,
     "heaviside": _heaviside,
     "logical_xor": lambda a, b: _binary("ne", _t(a) != 0.0, _t(b) != 0.0),
+    "remainder": _remainder,
     "isnan": lambda x: _t(x) != _t(x),
     "isinf": lambda x: abs(_t(x)) == np.inf,
     "isfinite": lambda x: abs(_t(x)) < np.inf,
@@ -1150,6 +1172,9 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.linalg.norm: _norm,
     np.clip: _clip,
     np.nan_to_num: _nan_to_num,
+    np.round: _round,
+    np.fix: lambda x, out=None: _unary("trunc", _t(x)),
+    np.around: _round,
     np.sinc: _sinc,
     np.copy: lambda a, order="K", subok=False: _copy(a),
     np.zeros_like: lambda a, dtype=None, order="K", subok=True, shape=None, **kw: _like(0.0, a, dtype, shape),

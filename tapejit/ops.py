@@ -880,6 +880,11 @@ defop("tanh", "unary", 1, _arith, _E(np.tanh), lambda g, out, x: (mul(g, _one_mi
 defop("abs", "unary", 1, _arith, _E(np.abs), lambda g, out, x: (mul(g, elementwise("sign", x)),),
       numpy=("absolute", "fabs"))
 defop("sign", "unary", 1, _arith, _E(np.sign), None, numpy=("sign",), differentiable=False)
+# rounding: piecewise constant (their derivative is 0 where it exists, as for int())
+defop("floor", "unary", 1, _arith, _E(np.floor), None, numpy=("floor",), differentiable=False)
+defop("ceil", "unary", 1, _arith, _E(np.ceil), None, numpy=("ceil",), differentiable=False)
+defop("rint", "unary", 1, _arith, _E(np.rint), None, numpy=("rint",), differentiable=False)
+defop("trunc", "unary", 1, _arith, _E(np.trunc), None, numpy=("trunc",), differentiable=False)
 
 # -- elementwise binary
 defop("add", "binary", 2, _arith, _E(np.add), lambda g, out, x, y: (g, g), numpy=("add",))
@@ -891,6 +896,10 @@ defop("div", "binary", 2, _arith, _E(np.divide),
       lambda g, out, x, y: (div(g, y), neg(div(mul(g, out), y))),
       numpy=("divide", "true_divide"), cost=4)
 defop("pow", "binary", 2, _arith, _E(np.power), _pow_vjp, cost=_MATH_COST)
+# C's fmod (exact; the sign of x): x - trunc(x / y) * y, so d/dx = 1, d/dy = -trunc(x / y)
+defop("fmod", "binary", 2, _arith, _E(np.fmod),
+      lambda g, out, x, y: (g, neg(mul(g, elementwise("trunc", div(sub(x, out), y))))),
+      numpy=("fmod",), cost=8)  # a libm call per element
 defop("maximum", "binary", 2, _arith, _E(np.maximum),
       lambda g, out, x, y: _max_vjp(g, out, x, y, "gt"), numpy=("maximum",))
 defop("minimum", "binary", 2, _arith, _E(np.minimum),

@@ -471,6 +471,23 @@ class Tracer:
     def __rpow__(self, o):
         return _power(o, self)
 
+    def __mod__(self, o):
+        return numpy_api.UFUNCS["remainder"](self, o)
+
+    def __rmod__(self, o):
+        return numpy_api.UFUNCS["remainder"](o, self)
+
+    def __round__(self, ndigits=None):
+        if ndigits is None:  # round(x) is an int: a guarded conversion, as int()
+            return int(numpy_api.FUNCTIONS[np.round](self).__index__())
+        return numpy_api.FUNCTIONS[np.round](self, ndigits)
+
+    def __floor__(self):
+        return int(numpy_api.UFUNCS["floor"](self).__index__())
+
+    def __ceil__(self):
+        return int(numpy_api.UFUNCS["ceil"](self).__index__())
+
     def __matmul__(self, o):
         return numpy_api.FUNCTIONS[np.matmul](self, o)
 
@@ -726,6 +743,9 @@ class Tracer:
 
     def sort(self, axis=-1, kind=None, order=None):
         _setitem(self, Ellipsis, numpy_api.FUNCTIONS[np.sort](self, axis))  # in place, as numpy
+
+    def round(self, decimals=0, out=None):
+        return numpy_api.FUNCTIONS[np.round](self, decimals, out)
 
     def clip(self, min=None, max=None, out=None, **kw):
         return numpy_api.FUNCTIONS[np.clip](self, min, max, out)

@@ -143,6 +143,14 @@ CASES = [
     ("median", lambda a: np.median(a) + wsum(np.median(a, axis=1)), [(3, 4)], ANY),
     ("median_odd", lambda a: np.median(a) * wsum(np.median(a, axis=0, keepdims=True)), [(5, 2)], ANY),
     ("ndarray_sort_in_place", lambda a: wsum(_sorted_copy(a)), [(5,)], ANY),
+    # rounding and remainders
+    ("floor_ceil", lambda a: wsum(np.floor(a * 3) * a + np.ceil(a * 3) * a * a), [(6,)], ANY),
+    ("rint_trunc_fix", lambda a: wsum(np.rint(a * 3) * a + np.trunc(a * 3) + np.fix(a * 2) * a), [(6,)], ANY),
+    ("round", lambda a: wsum(np.round(a * 3) * a + np.round(a, 1) + a.round(2) * a), [(6,)], ANY),
+    ("mod", lambda a, b: wsum(np.mod(a * 5, b) + a * 7 % b + np.remainder(a, -b)), [(6,), (6,)], POS),
+    ("mod_signs", lambda a, b: wsum((a * 5) % (b * 0.5 - 2.0)), [(6,), (6,)], ANY),
+    ("fmod", lambda a, b: wsum(np.fmod(a * 5, b * 0.5 - 2.0)), [(6,), (6,)], ANY),
+    ("rmod", lambda a: wsum(3.7 % (a * a + 0.5)), [(6,)], ANY),
     # norms
     ("norm_1", lambda a: np.linalg.norm(a, 1) + np.linalg.norm(a, 3), [(4,)], ANY),
     ("norm_inf", lambda a: np.linalg.norm(a, np.inf) + np.linalg.norm(a, -np.inf), [(4,)], ANY),
@@ -273,3 +281,20 @@ def test_a_gradient_inside_a_traced_function_is_a_clear_error():
 
     with pytest.raises(tj.TracingError, match=r"inner is being compiled .* on traced values"):
         tj.compile(f, np.ones(3), cache=False)
+
+
+def test_python_round_floor_ceil_are_guarded_integers():
+    """round(x)/math.floor(x)/math.ceil(x) give Python ints (guarded, like int()); round(x, k)
+    stays traced."""
+    import math
+
+    def f(x):
+        k = round(x[0]) + math.floor(x[1]) + math.ceil(x[2])
+        return k * np.sum(x * x) + round(x[0] * x[1], 2)
+
+    x = np.array([1.4, 2.7, -0.3])
+    g = tj.compile(f, x, cache=False)
+    k = round(1.4) + math.floor(2.7) + math.ceil(-0.3)
+    np.testing.assert_allclose(g(x), 2 * k * x, rtol=1e-14)
+    y = np.array([2.6, 2.7, -0.3])  # round(y[0]) differs: a guard, a recompile
+    np.testing.assert_allclose(g(y), 2 * (3 + 2 + 0) * y, rtol=1e-14)

@@ -27,8 +27,11 @@ def _input(pos: int, shape, kind="active") -> Node:
     return Node("input", (), (pos, f"x{pos}"), Type(tuple(shape), "f64"))
 
 
-def _domain(op: str) -> tuple[float, float]:
-    """Inputs drawn where every op is smooth (log/sqrt/pow need positive arguments)."""
+def _domain(op: str) -> list[tuple[float, float]] | tuple[float, float]:
+    """Inputs drawn where every op is smooth (log/sqrt/pow need positive arguments; fmod one
+    branch of trunc(x / y): x / y in (2.2, 2.6)); a list gives one range per argument."""
+    if op == "fmod":
+        return [(2.55, 2.65), (1.05, 1.15)]
     return (0.5, 1.5) if op in ("log", "sqrt", "pow", "log1p", "div") else (-1.5, 1.5)
 
 
@@ -60,8 +63,9 @@ class Case:
         kinds = ("active",) * len(xs) + (("const",) if c is not None else ())
         bindings = {len(xs): w} if c is not None else {}
         g = Graph(f"case_{self.op}", inputs, kinds, (loss,), bindings, ("value",))
-        lo, hi = _domain(self.op)
-        values = [rng.uniform(lo, hi, s) for s in self.shapes]
+        dom = _domain(self.op)
+        ranges = dom if isinstance(dom, list) else [dom] * len(self.shapes)
+        values = [rng.uniform(lo, hi, s) for (lo, hi), s in zip(ranges, self.shapes)]
         if self.op in _KINKED:  # distinct values on a 0.05 grid: no kink within the FD step
             sizes = [int(np.prod(s)) for s in self.shapes]
             grid = rng.permutation(sum(sizes)) * 0.05 - 1.0
