@@ -65,6 +65,19 @@ def _fd(f, xs, vs, h):
     return (float(fp) - float(fm)) / (2 * h)
 
 
+def _discontinuous(f, xs, want, rng) -> bool:
+    """Whether numpy's value of ``f`` changes by more than rounding when ``xs`` move by a few
+    ulps: the point sits on a jump (a comparison of two values equal up to rounding, which
+    native math within 1 ulp of numpy may decide the other way)."""
+    for _ in range(4):
+        ys = [x * (1.0 + 1e-13 * rng.standard_normal(np.shape(x))) for x in xs]
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if abs(float(f(*ys)) - want) > 1e-9 * max(1.0, abs(want)):
+                return True
+    return False
+
+
 def _check_point(f, g, xs, src, rng) -> str:
     """'ok' or 'kink'; raises AssertionError with a reproducer on a mismatch."""
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -75,6 +88,8 @@ def _check_point(f, g, xs, src, rng) -> str:
         return "nonfinite"
     scale = max(1.0, abs(want))
     if not value == pytest.approx(want, rel=1e-9, abs=1e-9 * scale):
+        if _discontinuous(f, xs, want, rng):
+            return "kink"  # numpy's own value jumps within rounding of x: a tie in a comparison
         raise AssertionError(_report(src, xs, f"value {value!r} != numpy {want!r}"))
     grads = grads if isinstance(grads, tuple) else (grads,)
     for _ in range(2):
