@@ -362,6 +362,18 @@ class GradientFunction(functools.partial):
         self._promote(v)
         return v._call(args, out)
 
+    def _variant(self, args: tuple, **private: Any) -> "GradientFunction":
+        """``f`` traced and compiled for ``args`` with this gradient's settings."""
+        return GradientFunction(
+            self.fn,
+            args,
+            self._argnums_spec,
+            self._cache_spec,
+            _owner=self,
+            dynamic_argnums=self._dynamic_spec,
+            **private,
+        )
+
     def _new_variant(
         self,
         args: tuple,
@@ -371,16 +383,7 @@ class GradientFunction(functools.partial):
         """Trace and compile ``f`` for ``args`` as a new specialisation (most recent first; the
         least recently used beyond ``max_specialisations`` is dropped). ``forced``: guard
         outcomes the trace follows instead of the example's (see :func:`tracing.trace`)."""
-        v = GradientFunction(
-            self.fn,
-            args,
-            self._argnums_spec,
-            self._cache_spec,
-            _owner=self,
-            dynamic_argnums=self._dynamic_spec,
-            _capacity=capacity,
-            _forced=forced,
-        )
+        v = self._variant(args, _capacity=capacity, _forced=forced)
         self._compiles += 1
         self._variants.insert(0, v)
         del self._variants[self.max_specialisations :]
@@ -465,15 +468,7 @@ class GradientFunction(functools.partial):
             if r is not None:
                 return r
         with self._compile_lock:
-            v = GradientFunction(
-                self.fn,
-                args,
-                self._argnums_spec,
-                self._cache_spec,
-                _owner=self,
-                dynamic_argnums=self._dynamic_spec,
-                _lenient=True,
-            )
+            v = self._variant(args, _lenient=True)
             self._lenient_variants.insert(0, v)
             del self._lenient_variants[self.max_specialisations :]
         r = v._call(args, out, dispatch=False)

@@ -217,10 +217,15 @@ def index_shape(shape: tuple[int, ...], items: tuple) -> tuple[int, ...]:
     return tuple(out) + tuple(shape[len(items) :])
 
 
-def index_affine(shape: tuple[int, ...], items: tuple) -> tuple[int, tuple[int, ...]]:
-    """``x[items]`` as an affine view of C-contiguous ``x``: (element offset, element strides)."""
-    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
-    offset, out = 0, []
+def index_affine(
+    shape: tuple[int, ...], items: tuple, strides: tuple[int, ...] | None = None, offset: int = 0
+) -> tuple[int, tuple[int, ...]]:
+    """``x[items]`` as an affine view of ``x``: (element offset, element strides). ``x`` is
+    C-contiguous unless its element ``strides`` (and the ``offset`` of its first element in a
+    larger buffer) are given."""
+    if strides is None:
+        strides = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+    out = []
     for i, d in enumerate(shape):
         item = items[i] if i < len(items) else (0, d, 1)
         if isinstance(item, tuple):

@@ -91,15 +91,8 @@ def view_layout(base: Any, step: tuple, result_shape: tuple[int, ...]):
     if kind == "index":
         if not result_shape:
             return None  # all axes indexed by ints: numpy returns a scalar, a copy
-        out = []
-        for i, d in enumerate(base.node.shape):
-            item = arg[i] if i < len(arg) else (0, d, 1)
-            if isinstance(item, tuple):
-                offset += item[0] * strides[i]
-                out.append(item[2] * strides[i])
-            else:
-                offset += item * strides[i]
-        return tuple(out), offset
+        offset, out = ops.index_affine(base.node.shape, arg, strides, offset)
+        return out, offset
     if kind == "transpose":
         return tuple(strides[p] for p in arg), offset
     if math.prod(result_shape) == 0 or not result_shape:
