@@ -597,6 +597,69 @@ def _pow(b, x, y):
 
 
 # ----------------------------------------------------------------------------------------------
+# atan and atan2: Cephes' atan.c (S. L. Moshier, "Methods and Programs for Mathematical
+# Functions", 1989): |x| is reduced to [0, 0.66] by pi/2 - atan(1/x) above tan(3pi/8) and
+# pi/4 + atan((x-1)/(x+1)) between 0.66 and tan(3pi/8), then a (4,5) rational approximation in
+# x^2; the lost low bits of pi/2 and pi/4 are added back (MOREBITS). All branches are computed
+# and selected, so a loop of it vectorises. Measured < 0.9 ulp against a long-double reference.
+
+_ATAN_P = (-6.485021904942025371773e1, -1.228866684490136173410e2, -7.500855792314704667340e1,
+           -1.615753718733365076637e1, -8.750608600031904122785e-1)  # fmt: skip
+_ATAN_Q = (1.945506571482613964425e2, 4.853903996359136964868e2, 4.328810604912902668951e2,
+           1.650270098316988542046e2, 2.485846490142306297962e1, 1.0)  # fmt: skip
+_T3P8 = 2.41421356237309504880  # tan(3 pi / 8)
+_MOREBITS = 6.123233995736765886130e-17  # pi/2 - fl(pi/2)
+
+
+def _atan_abs(b, a):
+    """atan(a) for a >= 0 (or NaN)."""
+    big = _gt(b, a, _c(_T3P8))
+    mid = b.and_(_gt(b, a, _c(0.66)), b.not_(big))
+    t = b.select(
+        big,
+        b.fdiv(_c(-1.0), a),
+        b.select(mid, b.fdiv(b.fsub(a, _c(1.0)), b.fadd(a, _c(1.0))), a),
+    )
+    z = b.fmul(t, t)
+    r = b.fdiv(b.fmul(z, _horner(b, z, _ATAN_P)), _horner(b, z, _ATAN_Q))
+    r = _fma(b, t, r, t)
+    base = b.select(big, _c(math.pi / 2), b.select(mid, _c(math.pi / 4), _c(0.0)))
+    extra = b.select(big, _c(_MOREBITS), b.select(mid, _c(0.5 * _MOREBITS), _c(0.0)))
+    return b.fadd(base, b.fadd(r, extra))
+
+
+def _atan(b, x):
+    """atan(x): odd, so the reduction of |x| with the sign put back (``copysign`` keeps -0.0
+    and NaN as they are)."""
+    return _intrinsic(b, "llvm.copysign", _atan_abs(b, _intrinsic(b, "llvm.fabs", x)), x)
+
+
+def _atan2(b, y, x):
+    """atan2(y, x) as C's: atan of min(|x|,|y|) / max(|x|,|y|) (<= 1, so the reduction above
+    stays in its accurate range), reflected by quadrant, with the sign of ``y``. Both zero:
+    0 or pi (by the sign of x); both infinite: pi/4 or 3pi/4; NaN in, NaN out."""
+    ax, ay = _intrinsic(b, "llvm.fabs", x), _intrinsic(b, "llvm.fabs", y)
+    hi = _intrinsic(b, "llvm.maxnum", ax, ay)
+    lo = _intrinsic(b, "llvm.minnum", ax, ay)
+    inf = _c(math.inf)
+    both_inf = b.and_(_eq(b, ax, inf), _eq(b, ay, inf))
+    ratio = b.select(_eq(b, hi, _c(0.0)), _c(0.0), b.fdiv(lo, hi))
+    a = _atan_abs(b, b.select(both_inf, _c(1.0), ratio))
+    # the reflections pi/2 - a and pi - t, with the low bits of pi/2 and pi carried apart
+    # (hi + lo) and added once at the end
+    swap = _gt(b, ay, ax)
+    hi = b.select(swap, b.fsub(_c(math.pi / 2), a), a)
+    lo = b.select(swap, _c(_MOREBITS), _c(0.0))
+    negative_x = b.icmp_signed("<", _bits(b, x), _i(0))  # -0.0 counts: atan2(0, -0) = pi
+    hi, lo = (
+        b.select(negative_x, b.fsub(_c(math.pi), hi), hi),
+        b.select(negative_x, b.fsub(_c(2 * _MOREBITS), lo), lo),
+    )
+    t = b.select(b.or_(_isnan(b, x), _isnan(b, y)), _c(math.nan), b.fadd(hi, lo))
+    return _intrinsic(b, "llvm.copysign", t, y)
+
+
+# ----------------------------------------------------------------------------------------------
 # The table and the call-site interface.
 
 
@@ -646,6 +709,11 @@ MATH: dict[str, Math] = {
         ("x in [0,10], y in [-10,10]", "pow", 0, 0), ("results near 2^+-1023", "pow", 0, 0),
         ("x near 1, |y| <= 7e4", "pow", 0, 0), ("negative x, integer y", "pow", 0, 0),
         ("subnormal x and results", "pow", 0, 0))),
+    "arctan":  Math(1, body=_atan, ulp=1, ulp_ld=0.95, domains=(
+        ("[-1, 1]", "uniform", -1, 1), ("[-10, 10]", "uniform", -10, 10),
+        ("1e-300..1e300", "log", -300, 300), ("-1e-20..-1e20", "-log", -20, 20))),
+    "arctan2": Math(2, body=_atan2, ulp=2, ulp_ld=2.0, domains=(
+        ("y, x in [-10, 10]", "atan2", -10, 10), ("y, x in [-1e-3, 1e-3]", "atan2", -1e-3, 1e-3))),
     "sqrt":    Math(1, intrinsic="llvm.sqrt"),
     "floor":   Math(1, intrinsic="llvm.floor"),
     "ceil":    Math(1, intrinsic="llvm.ceil"),

@@ -713,6 +713,18 @@ def _arcsinh(x):
     return np.sign(x) * _where(big, np.log(a) + _LN2, r)
 
 
+def _arcsin(x):
+    """asin(x) = atan2(x, sqrt((1 - x)(1 + x))): accurate up to |x| = 1 (the factored form keeps
+    1 - x^2 exact there); NaN beyond, as numpy."""
+    x = _t(x)
+    return _binary("arctan2", x, np.sqrt((1.0 - x) * (1.0 + x)))
+
+
+def _arccos(x):
+    x = _t(x)
+    return _binary("arctan2", np.sqrt((1.0 - x) * (1.0 + x)), x)
+
+
 def _arccosh(x):
     x = _t(x)
     return np.log(x + np.sqrt(x * x - 1.0))
@@ -1106,6 +1118,8 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "cosh": _cosh,
     "tan": _tan,
     "arcsinh": _arcsinh,
+    "arcsin": _arcsin,
+    "arccos": _arccos,
     "arccosh": _arccosh,
     "arctanh": _arctanh,
     "exp2": _exp2,

@@ -540,6 +540,12 @@ def _pow_vjp(g, out, x, y):
     return gx, gy
 
 
+def _atan2_vjp(g, out, y, x):
+    """d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)."""
+    r = div(g, add(mul(x, x), mul(y, y)))
+    return mul(r, x), neg(mul(r, y))
+
+
 def _transpose2(x: Node) -> Node:
     """``x.T`` of a 2-D ``x``; with a unit dimension that is the same element order, a reshape
     (a view, never a copy)."""
@@ -882,6 +888,8 @@ defop("cos", "unary", 1, _arith, _E(np.cos), lambda g, out, x: (neg(mul(g, eleme
       numpy=("cos",), cost=_MATH_COST)
 defop("tanh", "unary", 1, _arith, _E(np.tanh), lambda g, out, x: (mul(g, _one_minus_sq(out)),),
       numpy=("tanh",), cost=_MATH_COST)
+defop("arctan", "unary", 1, _arith, _E(np.arctan),
+      lambda g, out, x: (div(g, add(const(1.0), mul(x, x))),), numpy=("arctan",), cost=_MATH_COST)
 defop("abs", "unary", 1, _arith, _E(np.abs), lambda g, out, x: (mul(g, elementwise("sign", x)),),
       numpy=("absolute", "fabs"))
 defop("sign", "unary", 1, _arith, _E(np.sign), None, numpy=("sign",), differentiable=False)
@@ -901,6 +909,8 @@ defop("div", "binary", 2, _arith, _E(np.divide),
       lambda g, out, x, y: (div(g, y), neg(div(mul(g, out), y))),
       numpy=("divide", "true_divide"), cost=4)
 defop("pow", "binary", 2, _arith, _E(np.power), _pow_vjp, cost=_MATH_COST)
+defop("arctan2", "binary", 2, _arith, _E(np.arctan2), _atan2_vjp, numpy=("arctan2",),
+      cost=_MATH_COST)
 # C's fmod (exact; the sign of x): x - trunc(x / y) * y, so d/dx = 1, d/dy = -trunc(x / y)
 defop("fmod", "binary", 2, _arith, _E(np.fmod),
       lambda g, out, x, y: (g, neg(mul(g, elementwise("trunc", div(sub(x, out), y))))),

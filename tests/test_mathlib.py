@@ -151,6 +151,8 @@ def _ref(op: str, x: np.ndarray, y: np.ndarray | None = None, dtype=np.float64) 
     with np.errstate(all="ignore"):
         if op == "pow":
             return np.power(x.astype(dtype), y.astype(dtype))
+        if op == "arctan2":
+            return np.arctan2(x.astype(dtype), y.astype(dtype))
         return getattr(np, op)(x.astype(dtype))
 
 
@@ -194,6 +196,8 @@ def _ranges():
     def sampler(label, kind, lo, hi):
         if kind == "pow":
             return pow_samplers[label]
+        if kind == "atan2":  # (y, x) uniform in the square
+            return lambda: (rng.uniform(lo, hi, N), rng.uniform(lo, hi, N))
         if kind == "uniform":
             return u(lo, hi)
         return _logu(rng, lo, hi, -1.0 if kind == "-log" else 1.0)
@@ -245,6 +249,8 @@ SPECIAL = {
             -np.pi / 4, 1e15, 2.0**50, 6381956970095103.0 * 2.0**-22, 1e22],
     "cos": [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e-300, np.pi, np.pi / 2, -np.pi / 4,
             1e15, -(2.0**50), 1e22],
+    "arctan": [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-300, 0.66, 0.6600000001,
+               2.414213562373095, 2.4142135623730954, 1.0, -1.0, 1e300, -1e300],
 }  # fmt: skip
 
 
@@ -279,6 +285,14 @@ def test_pow_special_values(lib):
          -2.5, 1e308, -1e308, 1e-310, -1e-310, 1e-300, 2.0**53, -(2.0**53) - 2, 1023.0, -1075.0]  # fmt: skip
     x, y = (a.ravel() for a in np.meshgrid(np.array(v), np.array(v)))
     _check_special(lib, "pow", x, y, _ref("pow", x, y), 1)
+
+
+def test_atan2_special_values(lib):
+    """C99's atan2 cases (signed zeros, infinities, NaN) on a grid, bit-exact where the result
+    is 0, inf or NaN, within the op's bound elsewhere."""
+    v = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-300, -5e-324, 1e300, 2.5, -0.75]
+    y, x = (a.ravel() for a in np.meshgrid(np.array(v), np.array(v)))
+    _check_special(lib, "arctan2", y, x, _ref("arctan2", y, x), 2)
 
 
 def test_pow_exact_cases(lib):
