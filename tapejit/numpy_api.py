@@ -98,24 +98,77 @@ def _like(value, a, dtype=None, shape=None) -> Tracer:
 # Reductions and statistics
 
 
-def _sum(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+def _no_kwargs(name: str, kw: dict) -> None:
+    """Raise for keyword arguments tapejit does not implement (ignoring one could silently
+    change the result: ``order='F'``, ``dtype=int``, ...)."""
+    if kw:
+        raise _fail(f"numpy.{name} with {', '.join(sorted(kw))}= is not supported by tapejit")
+
+
+def _c_order(name: str, order) -> None:
+    if order not in ("C", "A", "K"):
+        raise _fail(f"numpy.{name} with order={order!r} is not supported (C order only)")
+
+
+def _float_dtype(name: str, dtype) -> None:
+    if dtype is not None and np.dtype(dtype) != np.float64:
+        raise _fail(f"numpy.{name} with dtype={dtype} is not supported (traced values are float64)")
+
+
+def _masked(name: str, a, where, initial, identity: float, combine: str, has_identity=True):
+    """``a`` with ``where=`` applied (masked-out elements become the reduction's ``identity``,
+    so they change nothing) and a function combining ``initial=`` into every result element,
+    as numpy's reductions define them. max/min have no identity (``has_identity=False``):
+    numpy then requires ``initial`` with ``where``."""
+    x = lift(a)
+    if where is not True:
+        if not has_identity and initial is np._NoValue:
+            raise _fail(
+                f"numpy.{name}: reduction operation does not have an identity, so to use a "
+                "where mask one has to specify 'initial'"
+            )
+        mask = np.broadcast_to(where, x.shape) if not isinstance(where, Tracer) else where
+        x = _where(mask, x, identity)
+    if initial is np._NoValue:
+        return x, lambda r: r
+    return x, lambda r: _binary(combine, r, initial)
+
+
+def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue, where=True):
     _no_out(out, "sum")
-    return _reduce("reduce_sum", a, axis, keepdims)
+    _float_dtype("sum", dtype)
+    x, finish = _masked("sum", a, where, initial, 0.0, "add")
+    return finish(_reduce("reduce_sum", x, axis, keepdims))
 
 
-def _max(a, axis=None, out=None, keepdims=False, **kw):
+def _max(a, axis=None, out=None, keepdims=False, initial=np._NoValue, where=True):
     _no_out(out, "max")
-    return _reduce("reduce_max", a, axis, keepdims)
+    x, finish = _masked("max", a, where, initial, -np.inf, "maximum", has_identity=False)
+    return finish(_reduce("reduce_max", x, axis, keepdims))
 
 
-def _min(a, axis=None, out=None, keepdims=False, **kw):
+def _min(a, axis=None, out=None, keepdims=False, initial=np._NoValue, where=True):
     _no_out(out, "min")
-    return -_reduce("reduce_max", -lift(a), axis, keepdims)
+    x, finish = _masked("min", a, where, initial, np.inf, "minimum", has_identity=False)
+    return finish(-_reduce("reduce_max", -x, axis, keepdims))
+
+
+def _mean_fn(a, axis=None, dtype=None, out=None, keepdims=False, where=True):
+    _no_out(out, "mean")
+    _float_dtype("mean", dtype)
+    if where is True:
+        return _mean(a, axis, keepdims)
+    x = lift(a)
+    mask = np.broadcast_to(where, x.shape) if not isinstance(where, Tracer) else where
+    count = _reduce("reduce_sum", _where(mask, 1.0, 0.0), axis, keepdims)
+    return _reduce("reduce_sum", _where(mask, x, 0.0), axis, keepdims) / count
 
 
 def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
     """Two-pass variance (numpy's own algorithm): mean, then the mean square deviation."""
     _no_out(out, "var")
+    _float_dtype("var", dtype)
+    _no_kwargs("var", kw)
     a = _t(a)
     m = _mean(a, axis, True)
     d = a - m
@@ -125,6 +178,7 @@ def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
 
 
 def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
+    _no_kwargs("std", kw)
     return np.sqrt(_var(a, axis, dtype, out, ddof, keepdims))
 
 
@@ -159,9 +213,14 @@ def _pairwise(a: Tracer, axis: int, op: str, identity: float) -> Tracer:
     return _reshape(a, a.shape[1:]) if a.shape[0] == 1 else _like(identity, a, shape=a.shape[1:])
 
 
-def _prod(a, axis=None, dtype=None, out=None, keepdims=False, **kw):
+def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue, where=True):
     _no_out(out, "prod")
-    a = _t(a)
+    _float_dtype("prod", dtype)
+    a, finish = _masked("prod", a, where, initial, 1.0, "mul")
+    return finish(_prod_all(a, axis, keepdims))
+
+
+def _prod_all(a, axis, keepdims):
     if axis is None:
         r = _pairwise(_reshape(a, (-1,)), 0, "mul", 1.0)
         return _reshape(r, (1,) * a.ndim) if keepdims else r
@@ -418,6 +477,7 @@ def _repeat(a, repeats, axis=None):
 
 
 def _pad(array, pad_width, mode="constant", constant_values=0, **kw):
+    _no_kwargs("pad", kw)
     if mode != "constant":
         raise _fail(f"numpy.pad with mode={mode!r} is not supported (only 'constant')")
     a = _t(array)
@@ -552,6 +612,8 @@ def _dot(a, b, out=None):
 
 def _matmul_nd(a, b, out=None, **kw):
     _no_out(out, "matmul")
+    _float_dtype("matmul", kw.pop("dtype", None))
+    _no_kwargs("matmul", kw)
     a, b = _t(a), _t(b)
     if a.ndim == 0 or b.ndim == 0:
         raise _fail("matmul: Input operand does not have enough dimensions")
@@ -637,6 +699,8 @@ def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
     contraction by :func:`_tensordot` when two operands share the summed indices, else the
     broadcast product summed over the indices that do not appear in the output."""
     _no_out(out, "einsum")
+    _float_dtype("einsum", kw.pop("dtype", None))
+    _no_kwargs("einsum", kw)
     if not isinstance(subscripts, str) or "." in subscripts:
         raise _fail("numpy.einsum with '...' or non-string subscripts is not supported")
     ops_ = [_t(o) for o in operands]
@@ -798,8 +862,9 @@ def _heaviside(x1, x2):
 
 def _clip(a, a_min=None, a_max=None, out=None, **kw):
     _no_out(out, "clip")
-    a_min = kw.get("min", a_min)
-    a_max = kw.get("max", a_max)
+    a_min = kw.pop("min", a_min)
+    a_max = kw.pop("max", a_max)
+    _no_kwargs("clip", kw)
     r = lift(a)
     if a_min is not None:
         r = _binary("maximum", r, a_min)
@@ -1147,19 +1212,42 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "xlog1py": _xlog1py,
 }  # fmt: skip
 
+def _logsumexp(a, axis=0, dtype=None, out=None, keepdims=False, **kw):
+    """``np.logaddexp.reduce``: log(sum(exp(a))) shifted by the maximum (a -inf maximum, all
+    terms -inf, gives -inf)."""
+    _no_out(out, "logaddexp.reduce")
+    _no_kwargs("logaddexp.reduce", kw)
+    a = _t(a)
+    m = _reduce("reduce_max", a, axis, True)
+    safe = _where(abs(m) < np.inf, m, 0.0)
+    r = np.log(_reduce("reduce_sum", np.exp(a - safe), axis, True)) + safe
+    return r if keepdims else _squeeze(r, range(a.ndim) if axis is None else axis)
+
+
+#: numpy ufunc methods other than ``__call__``: (ufunc name, method) -> implementation
+UFUNC_METHODS: dict[tuple[str, str], Callable[..., Tracer]] = {
+    ("add", "reduce"): lambda a, axis=0, dtype=None, out=None, keepdims=False, **kw: _sum(a, axis, dtype, out, keepdims, **kw),
+    ("multiply", "reduce"): lambda a, axis=0, dtype=None, out=None, keepdims=False, **kw: _prod(a, axis, dtype, out, keepdims, **kw),
+    ("maximum", "reduce"): lambda a, axis=0, dtype=None, out=None, keepdims=False, **kw: _max(a, axis, out, keepdims, **kw),
+    ("minimum", "reduce"): lambda a, axis=0, dtype=None, out=None, keepdims=False, **kw: _min(a, axis, out, keepdims, **kw),
+    ("logaddexp", "reduce"): _logsumexp,
+    ("add", "accumulate"): lambda a, axis=0, dtype=None, out=None: _no_out(out, "add.accumulate") or _scan(a, axis, "add", 0.0),
+    ("multiply", "accumulate"): lambda a, axis=0, dtype=None, out=None: _no_out(out, "multiply.accumulate") or _scan(a, axis, "mul", 1.0),
+}  # fmt: skip
+
 FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.sum: _sum,
     np.max: _max,
     np.amax: _max,
     np.min: _min,
     np.amin: _min,
-    np.mean: lambda a, axis=None, dtype=None, out=None, keepdims=False, **kw: _mean(a, axis, keepdims),
+    np.mean: _mean_fn,
     np.var: _var,
     np.std: _std,
     np.average: _average,
     np.prod: _prod,
-    np.cumsum: lambda a, axis=None, dtype=None, out=None: _scan(a, axis, "add", 0.0),
-    np.cumprod: lambda a, axis=None, dtype=None, out=None: _scan(a, axis, "mul", 1.0),
+    np.cumsum: lambda a, axis=None, dtype=None, out=None: _no_out(out, "cumsum") or _float_dtype("cumsum", dtype) or _scan(a, axis, "add", 0.0),
+    np.cumprod: lambda a, axis=None, dtype=None, out=None: _no_out(out, "cumprod") or _float_dtype("cumprod", dtype) or _scan(a, axis, "mul", 1.0),
     np.diff: _diff,
     np.dot: _dot,
     np.matmul: _matmul_nd,
@@ -1175,11 +1263,11 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.diag: _diag,
     np.tril: _tril,
     np.triu: _triu,
-    np.reshape: lambda a, shape=None, **kw: _reshape(a, shape if shape is not None else kw["newshape"]),
+    np.reshape: lambda a, shape=None, order="C", **kw: _c_order("reshape", order) or _reshape(a, shape if shape is not None else kw["newshape"]),
     np.transpose: lambda a, axes=None: _transpose(a, axes),
     np.where: _where_fn,
     np.select: _select,
-    np.ravel: lambda a, order="C": _reshape(a, (-1,)),
+    np.ravel: lambda a, order="C": _c_order("ravel", order) or _reshape(a, (-1,)),
     np.shape: lambda a: lift(a).shape,
     np.ndim: lambda a: lift(a).ndim,
     np.size: lambda a, axis=None: lift(a).size if axis is None else lift(a).shape[axis],

@@ -665,17 +665,17 @@ class Tracer:
         raise _conversion_error("a numpy array conversion", self)
 
     # -- methods ----------------------------------------------------------------------------
-    def sum(self, axis=None, keepdims=False):
-        return _reduce("reduce_sum", self, axis, keepdims)
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        return numpy_api.FUNCTIONS[np.sum](self, axis, dtype, out, keepdims, **kw)
 
-    def max(self, axis=None, keepdims=False):
-        return _reduce("reduce_max", self, axis, keepdims)
+    def max(self, axis=None, out=None, keepdims=False, **kw):
+        return numpy_api.FUNCTIONS[np.max](self, axis, out, keepdims, **kw)
 
-    def min(self, axis=None, keepdims=False):
-        return -_reduce("reduce_max", -self, axis, keepdims)
+    def min(self, axis=None, out=None, keepdims=False, **kw):
+        return numpy_api.FUNCTIONS[np.min](self, axis, out, keepdims, **kw)
 
-    def mean(self, axis=None, keepdims=False):
-        return _mean(self, axis, keepdims)
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
+        return numpy_api.FUNCTIONS[np.mean](self, axis, dtype, out, keepdims, **kw)
 
     def dot(self, o):
         return numpy_api.FUNCTIONS[np.dot](self, o)
@@ -757,7 +757,10 @@ class Tracer:
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         name = ufunc.__name__
         if method != "__call__":
-            raise _fail(f"numpy.{name}.{method} is not supported by tapejit")
+            fn = numpy_api.UFUNC_METHODS.get((name, method))
+            if fn is None:
+                raise _fail(f"numpy.{name}.{method} is not supported by tapejit")
+            return fn(*inputs, **kwargs)
         if kwargs.get("out") is not None:
             if any(isinstance(o, np.ndarray) for o in kwargs["out"]):
                 # a += t on a numpy array a: numpy would store the traced result in a

@@ -154,6 +154,14 @@ CASES = [
     ("mod_signs", lambda a, b: wsum((a * 5) % (b * 0.5 - 2.0)), [(6,), (6,)], ANY),
     ("fmod", lambda a, b: wsum(np.fmod(a * 5, b * 0.5 - 2.0)), [(6,), (6,)], ANY),
     ("rmod", lambda a: wsum(3.7 % (a * a + 0.5)), [(6,)], ANY),
+    # reduction keywords and ufunc methods
+    ("sum_where_initial", lambda a: wsum(np.sum(a, axis=0, where=a > 0, initial=0.5)) + a.sum(initial=1.0), [(3, 4)], ANY),
+    ("max_where_initial", lambda a: np.max(a, where=a < 1.0, initial=-5.0) + a.min(axis=1, initial=0.0).sum(), [(3, 4)], ANY),
+    ("mean_where", lambda a: wsum(np.mean(a, axis=1, where=np.array([True, False, True, True]))), [(3, 4)], ANY),
+    ("prod_where", lambda a: np.prod(a, where=np.array([True, False, True])), [(3,)], ANY),
+    ("ufunc_reduce", lambda a: np.add.reduce(a) @ np.ones(3) + np.multiply.reduce(a[:, 0]) + np.maximum.reduce(a, axis=1).sum() + np.minimum.reduce(a, axis=None), [(4, 3)], ANY),
+    ("logaddexp_reduce", lambda a: wsum(np.logaddexp.reduce(a * 3.0, axis=1)) + np.logaddexp.reduce(a[0]), [(3, 4)], ANY),
+    ("ufunc_accumulate", lambda a: wsum(np.add.accumulate(a) + np.multiply.accumulate(a, axis=1)), [(3, 4)], ANY),
     # norms
     ("norm_1", lambda a: np.linalg.norm(a, 1) + np.linalg.norm(a, 3), [(4,)], ANY),
     ("norm_inf", lambda a: np.linalg.norm(a, np.inf) + np.linalg.norm(a, -np.inf), [(4,)], ANY),
@@ -273,6 +281,21 @@ def test_power_of_zero_has_a_zero_exponent_derivative():
     gy, gx = g(np.array([1.5, 2.0]), np.array([0.0, 0.5]))
     np.testing.assert_allclose(gy, [0.0, np.log(0.5) * 0.25], rtol=1e-14)
     np.testing.assert_allclose(gx, [0.0, 1.0], rtol=1e-14)
+
+
+@pytest.mark.parametrize(
+    "f,pattern",
+    [
+        (lambda x: np.sum(x, dtype=int), r"numpy\.sum with dtype="),
+        (lambda x: np.reshape(x, (2, 2), order="F").sum(), r"order='F'"),
+        (lambda x: np.max(x, where=x > 0), r"does not have an identity"),
+        (lambda x: np.var(x, where=x > 0), r"numpy\.var with where="),
+        (lambda x: np.cumsum(x, out=np.empty(4)).sum(), r"out="),
+    ],
+)
+def test_keywords_that_would_change_the_result_raise(f, pattern):
+    with pytest.raises(tj.TracingError, match=pattern):
+        tj.compile(f, np.ones(4), cache=False)
 
 
 def test_a_gradient_inside_a_traced_function_is_a_clear_error():
