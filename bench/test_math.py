@@ -33,6 +33,9 @@ FUNCS = {
     "cos":   (np.cos,                np.cos,                lambda x: -np.sin(x),             (-10, 10)),
     "tanh":  (np.tanh,               np.tanh,               lambda x: 1 - np.tanh(x) ** 2,    (-5, 5)),
     "sqrt":  (np.sqrt,               np.sqrt,               lambda x: 0.5 / np.sqrt(x),       (0.1, 10)),
+    "arctan": (np.arctan,            np.arctan,             lambda x: 1 / (1 + x * x),        (-10, 10)),
+    "arctan2": (lambda x: np.arctan2(x, 0.7), lambda x, out: np.arctan2(x, 0.7, out=out),
+              lambda x: 0.7 / (0.49 + x * x),                                                 (-10, 10)),
     "pow":   (lambda x: x**2.5,      lambda x, out: np.power(x, 2.5, out=out),
               lambda x: 2.5 * x**1.5,                                                         (0.1, 10)),
 }  # fmt: skip
