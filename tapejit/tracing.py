@@ -489,6 +489,8 @@ class Tracer:
         return int(numpy_api.UFUNCS["ceil"](self).__index__())
 
     def __matmul__(self, o):
+        if o.__class__ is Tracer and self.node.type.ndim <= 2 and o.node.type.ndim <= 2:
+            return _matmul(self, o)  # the common case, without numpy_api's N-d handling
         return numpy_api.FUNCTIONS[np.matmul](self, o)
 
     def __rmatmul__(self, o):
@@ -537,7 +539,7 @@ class Tracer:
         return _unary("not", self)
 
     def __getitem__(self, key):
-        if numpy_api.is_basic_key(key):
+        if key.__class__ in (int, slice) or numpy_api.is_basic_key(key):
             return _getitem(self, key)
         return numpy_api.advanced_getitem(self, key)
 

@@ -112,17 +112,23 @@ def root_of(t: Any) -> Any:
 
 def record_view(base: Any, result: Any, step: tuple) -> None:
     """Make ``result`` (just built from ``base`` by ``step``) a view of ``base`` when numpy's
-    result would be one."""
+    result would be one. A view of a read-only root (an argument) only needs to know its root,
+    to refuse writes: no layout, no registration (the common case, and the cheap one: slices
+    of a parameter vector)."""
+    if isinstance(root_of(base)._view, ReadOnly):
+        if step[0] != "index" or result.node.shape:
+            result._view = ViewOf(base, step, (), 0)
+        return
     found = view_layout(base, step, result.node.shape)
     if found is None:
         return
     result._view = ViewOf(base, step, *found)
-    if not isinstance(root_of(base)._view, ReadOnly):  # views of read-only roots never change
-        if base._views is None:
-            base._views = []
-        elif len(base._views) > 64 and len(base._views) & (len(base._views) - 1) == 0:
-            base._views[:] = [r for r in base._views if r() is not None]
-        base._views.append(weakref.ref(result))
+    # views of a writable root are refreshed when it is written (write() below)
+    if base._views is None:
+        base._views = []
+    elif len(base._views) > 64 and len(base._views) & (len(base._views) - 1) == 0:
+        base._views[:] = [r for r in base._views if r() is not None]
+    base._views.append(weakref.ref(result))
 
 
 def read_only_root(t: Any) -> ReadOnly | None:
