@@ -546,6 +546,90 @@ def _median(a, axis=None, out=None, overwrite_input=False, keepdims=False):
     return _expand_dims(m, axis) if keepdims else m
 
 
+def _rot90(m, k=1, axes=(0, 1)):
+    m = _t(m)
+    a0, a1 = (_axis(a, m.ndim) for a in axes)
+    k %= 4
+    if k == 0:
+        return _copy(m)
+    if k == 2:
+        return _flip(_flip(m, a0), a1)
+    perm = list(range(m.ndim))
+    perm[a0], perm[a1] = perm[a1], perm[a0]
+    return _transpose(_flip(m, a1), perm) if k == 1 else _flip(_transpose(m, perm), a1)
+
+
+def _split_along(axis: int):
+    def fn(ary, indices_or_sections):
+        a = _t(ary)
+        if a.ndim <= axis and axis > 0:
+            raise _fail(f"this split works only on arrays of {axis + 1} or more dimensions")
+        ax = 0 if (axis == 1 and a.ndim == 1) else axis  # hsplit of a 1-D array splits axis 0
+        return _split(a, indices_or_sections, ax, True)
+
+    return fn
+
+
+def _dstack(tup):
+    arrs = []
+    for a in tup:
+        a = _t(a)
+        if a.ndim <= 1:
+            a = _reshape(a, (1, -1, 1) if a.ndim == 1 else (1, 1, 1))
+        elif a.ndim == 2:
+            a = _reshape(a, (*a.shape, 1))
+        arrs.append(a)
+    return _concatenate(arrs, 2)
+
+
+def _rollaxis(a, axis, start=0):
+    a = _t(a)
+    axis = _axis(axis, a.ndim)
+    start = start + a.ndim if start < 0 else start
+    if axis < start:
+        start -= 1
+    return _moveaxis(a, axis, start) if axis != start else a
+
+
+def _quantile_sorted(s, q, axis: int):
+    """numpy's default ('linear') quantile of ``s`` sorted along ``axis``: q in [0, 1]."""
+    n = s.shape[axis]
+    qs = np.atleast_1d(np.asarray(q, dtype=float))
+    out = []
+    for qv in qs:
+        pos = qv * (n - 1)
+        lo = int(np.floor(pos))
+        hi = min(lo + 1, n - 1)
+        frac = pos - lo
+        pre = (slice(None),) * axis
+        a, b = s[pre + (lo,)], s[pre + (hi,)]
+        out.append(a + (b - a) * frac if frac else a)
+    return out[0] if np.ndim(q) == 0 else _stack(out)
+
+
+def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear", keepdims=False,
+              **kw):  # fmt: skip
+    _no_out(out, "quantile")
+    _no_kwargs("quantile", kw)
+    if method != "linear":
+        raise _fail(f"numpy.quantile with method={method!r} is not supported (only 'linear')")
+    if keepdims:
+        raise _fail("numpy.quantile with keepdims=True is not supported")
+    a = _t(a)
+    if axis is None:
+        a, axis = _reshape(a, (-1,)), 0
+    axis = _axis(axis, a.ndim)
+    return _quantile_sorted(_sort(a, axis), q, axis)
+
+
+def _nan_reduce(name: str, fn, fill: float):
+    def reduce_(a, axis=None, *args, **kw):
+        x = _t(a)
+        return fn(_where(x != x, fill, x), axis, *args, **kw)
+
+    return reduce_
+
+
 # ----------------------------------------------------------------------------------------------
 # Matrices
 
@@ -1204,6 +1288,8 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "isinf": lambda x: abs(_t(x)) == np.inf,
     "isfinite": lambda x: abs(_t(x)) < np.inf,
     "signbit": lambda x: _t(x) < 0.0,
+    "conjugate": lambda x: _t(x),  # real values are their own conjugate
+    "cbrt": lambda x: np.sign(_t(x)) * abs(_t(x)) ** (1.0 / 3.0),
     # scipy.special's ufuncs (when scipy is installed; not a dependency)
     "expit": _expit,
     "log_expit": _log_expit,
@@ -1307,6 +1393,22 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.pad: _pad,
     np.take: _take,
     np.sort: _sort,
+    np.rot90: _rot90,
+    np.vsplit: _split_along(0),
+    np.hsplit: _split_along(1),
+    np.dsplit: _split_along(2),
+    np.dstack: _dstack,
+    np.rollaxis: _rollaxis,
+    np.quantile: _quantile,
+    np.percentile: lambda a, q, axis=None, out=None, **kw: _quantile(a, np.asarray(q) / 100.0, axis, out, **kw),
+    np.nansum: _nan_reduce("nansum", _sum, 0.0),
+    np.nanprod: _nan_reduce("nanprod", _prod, 1.0),
+    np.nanmax: _nan_reduce("nanmax", _max, -np.inf),
+    np.nanmin: _nan_reduce("nanmin", _min, np.inf),
+    np.ptp: lambda a, axis=None, out=None, keepdims=False: _max(a, axis, out, keepdims) - _min(a, axis, None, keepdims),
+    np.real: lambda val: _t(val),
+    np.imag: lambda val: _t(val) * 0.0,
+    np.conjugate: lambda x: _t(x),
     np.partition: _partition,
     np.median: _median,
     np.take_along_axis: _take_along_axis,

@@ -911,9 +911,11 @@ defop("div", "binary", 2, _arith, _E(np.divide),
 defop("pow", "binary", 2, _arith, _E(np.power), _pow_vjp, cost=_MATH_COST)
 defop("arctan2", "binary", 2, _arith, _E(np.arctan2), _atan2_vjp, numpy=("arctan2",),
       cost=_MATH_COST)
-# C's fmod (exact; the sign of x): x - trunc(x / y) * y, so d/dx = 1, d/dy = -trunc(x / y)
+# C's fmod (exact; the sign of x): x - trunc(x / y) * y, so d/dx = 1, d/dy = -trunc(x / y);
+# trunc(x / y) is (x - fmod) / y, an integer up to rounding: rint recovers it exactly (trunc of
+# the rounded quotient could land one below)
 defop("fmod", "binary", 2, _arith, _E(np.fmod),
-      lambda g, out, x, y: (g, neg(mul(g, elementwise("trunc", div(sub(x, out), y))))),
+      lambda g, out, x, y: (g, neg(mul(g, elementwise("rint", div(sub(x, out), y))))),
       numpy=("fmod",), cost=8)  # a libm call per element
 defop("maximum", "binary", 2, _arith, _E(np.maximum),
       lambda g, out, x, y: _max_vjp(g, out, x, y, "gt"), numpy=("maximum",))
