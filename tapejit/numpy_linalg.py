@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .numpy_api import _concatenate, _like, _stack, _t
+from .np_common import _like, _t
+from .np_shape import _concatenate, _stack
 from .tracing import _fail, _reduce, _reshape, _where
 
 

@@ -1,0 +1,394 @@
+"""numpy's products (``dot``, ``matmul`` with batches, ``tensordot``, ``einsum``, ``outer``,
+``inner``, ``kron``, ``cross``, norms) and elementwise functions written as compositions of
+primitives, following numpy's numerically careful formulations where it has one (``logaddexp``
+shifts by the maximum; ``sinh`` uses ``expm1`` near zero; ``expit`` never exponentiates a
+positive number; ``mod`` is C's ``fmod`` moved to the divisor's sign)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .np_common import _axis, _float_dtype, _no_kwargs, _no_out, _t
+from .np_shape import _broadcast_to, _diagonal, _moveaxis, _squeeze, _stack
+from .tracing import _binary, _fail, _matmul, _reduce, _reshape, _transpose, _unary, _where, lift
+
+
+def _dot(a, b, out=None):
+    _no_out(out, "dot")
+    a, b = _t(a), _t(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    if a.ndim <= 2 and b.ndim <= 2:
+        return _matmul(a, b)
+    # N-d: a sum product over the last axis of a and the second-to-last of b
+    return _tensordot(a, b, ([a.ndim - 1], [b.ndim - 2 if b.ndim > 1 else 0]))
+
+
+def _matmul_nd(a, b, out=None, **kw):
+    _no_out(out, "matmul")
+    _float_dtype("matmul", kw.pop("dtype", None))
+    _no_kwargs("matmul", kw)
+    a, b = _t(a), _t(b)
+    if a.ndim == 0 or b.ndim == 0:
+        raise _fail("matmul: Input operand does not have enough dimensions")
+    if a.ndim <= 2 and b.ndim <= 2:
+        return _matmul(a, b)
+    a2 = _reshape(a, (1, *a.shape)) if a.ndim == 1 else a
+    b2 = _reshape(b, (*b.shape, 1)) if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    a2 = _broadcast_to(a2, batch + a2.shape[-2:])
+    b2 = _broadcast_to(b2, batch + b2.shape[-2:])
+    rows = [_matmul(a2[idx], b2[idx]) for idx in np.ndindex(*batch)]
+    r = _reshape(_stack(rows), batch + rows[0].shape)
+    if a.ndim == 1:
+        r = _reshape(r, r.shape[:-2] + r.shape[-1:])
+    if b.ndim == 1:
+        r = _reshape(r, r.shape[:-1])
+    return r
+
+
+def _tensordot(a, b, axes=2):
+    a, b = _t(a), _t(b)
+    if np.ndim(axes) == 0:
+        k = int(axes)
+        ax_a, ax_b = list(range(a.ndim - k, a.ndim)), list(range(k))
+    else:
+        ax_a, ax_b = axes
+        ax_a = [ax_a] if np.ndim(ax_a) == 0 else list(ax_a)
+        ax_b = [ax_b] if np.ndim(ax_b) == 0 else list(ax_b)
+    ax_a = [_axis(k, a.ndim) for k in ax_a]
+    ax_b = [_axis(k, b.ndim) for k in ax_b]
+    if [a.shape[i] for i in ax_a] != [b.shape[i] for i in ax_b]:
+        raise _fail("shape-mismatch for sum in tensordot")
+    free_a = [i for i in range(a.ndim) if i not in ax_a]
+    free_b = [i for i in range(b.ndim) if i not in ax_b]
+    k = math.prod(a.shape[i] for i in ax_a)
+    am = _reshape(_transpose(a, free_a + ax_a), (math.prod(a.shape[i] for i in free_a), k))
+    bm = _reshape(_transpose(b, ax_b + free_b), (k, math.prod(b.shape[i] for i in free_b)))
+    r = _matmul(am, bm)
+    return _reshape(r, tuple(a.shape[i] for i in free_a) + tuple(b.shape[i] for i in free_b))
+
+
+def _outer(a, b, out=None):
+    _no_out(out, "outer")
+    a, b = _reshape(_t(a), (-1, 1)), _reshape(_t(b), (1, -1))
+    return a * b
+
+
+def _inner(a, b):
+    a, b = _t(a), _t(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return a * b
+    return _tensordot(a, b, ([a.ndim - 1], [b.ndim - 1]))
+
+
+def _kron(a, b):
+    a, b = _t(a), _t(b)
+    nd = max(a.ndim, b.ndim)
+    a = _reshape(a, (1,) * (nd - a.ndim) + a.shape)
+    b = _reshape(b, (1,) * (nd - b.ndim) + b.shape)
+    ea = _reshape(a, tuple(x for d in a.shape for x in (d, 1)))
+    eb = _reshape(b, tuple(x for d in b.shape for x in (1, d)))
+    return _reshape(ea * eb, tuple(p * q for p, q in zip(a.shape, b.shape)))
+
+
+def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
+    a, b = _t(a), _t(b)
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = _moveaxis(a, axisa, -1), _moveaxis(b, axisb, -1)
+    if a.shape[-1] not in (2, 3) or b.shape[-1] not in (2, 3):
+        raise _fail("incompatible dimensions for cross product (dimension must be 2 or 3)")
+    comp = lambda x, i: x[..., i] if i < x.shape[-1] else 0.0  # noqa: E731
+    a0, a1, a2 = (comp(a, i) for i in range(3))
+    b0, b1, b2 = (comp(b, i) for i in range(3))
+    if a.shape[-1] == 2 and b.shape[-1] == 2:
+        return a0 * b1 - a1 * b0
+    c = _stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0], -1)
+    return _moveaxis(c, -1, axisc)
+
+
+def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
+    """``np.einsum`` for explicit and implicit subscripts without ellipses: a pairwise
+    contraction by :func:`_tensordot` when two operands share the summed indices, else the
+    broadcast product summed over the indices that do not appear in the output."""
+    _no_out(out, "einsum")
+    _float_dtype("einsum", kw.pop("dtype", None))
+    _no_kwargs("einsum", kw)
+    if not isinstance(subscripts, str) or "." in subscripts:
+        raise _fail("numpy.einsum with '...' or non-string subscripts is not supported")
+    ops_ = [_t(o) for o in operands]
+    spec = subscripts.replace(" ", "")
+    ins, _, res = spec.partition("->")
+    terms = ins.split(",")
+    if len(terms) != len(ops_):
+        raise _fail("numpy.einsum: more operands than subscripts or the other way round")
+    if "->" not in spec:
+        counts = {c: ins.count(c) for c in ins if c.isalpha()}
+        res = "".join(sorted(c for c, k in counts.items() if k == 1))
+    letters = sorted({c for t in terms for c in t})
+    sizes: dict[str, int] = {}
+    for t, o in zip(terms, ops_):
+        if len(t) != o.ndim:
+            raise _fail(f"numpy.einsum: operand has {o.ndim} dimensions, subscripts '{t}'")
+        for c, d in zip(t, o.shape):
+            if sizes.setdefault(c, d) != d and d != 1:
+                raise _fail(f"numpy.einsum: size of label '{c}' does not match")
+    # repeated letters within one term: take the diagonal first
+    ops2, terms2 = [], []
+    for t, o in zip(terms, ops_):
+        while len(set(t)) != len(t):
+            c = next(c for c in t if t.count(c) > 1)
+            i, j = t.index(c), t.index(c, t.index(c) + 1)
+            o = _moveaxis(_diagonal(o, 0, i, j), -1, i)
+            t = t[:j] + t[j + 1 :]
+        ops2.append(o)
+        terms2.append(t)
+    # the broadcast product over all letters, then a sum over those not in the result
+    full = letters
+    prod = None
+    for t, o in zip(terms2, ops2):
+        perm = sorted(range(len(t)), key=lambda k: full.index(t[k]))
+        o = _transpose(o, perm) if o.ndim > 1 else o
+        ts = "".join(t[k] for k in perm)
+        o = _reshape(o, tuple(sizes[c] if c in ts else 1 for c in full))
+        prod = o if prod is None else prod * o
+    summed = tuple(k for k, c in enumerate(full) if c not in res)
+    r = _reduce("reduce_sum", prod, summed) if summed else prod
+    kept = [c for c in full if c in res]
+    return _transpose(r, [kept.index(c) for c in res]) if r.ndim > 1 else r
+
+
+_LN2, _LN10 = math.log(2.0), math.log(10.0)
+
+
+def _sinh(x):
+    x = _t(x)
+    return 0.5 * (np.expm1(x) - np.expm1(-x))  # exact near zero, as numpy's
+
+
+def _cosh(x):
+    e = np.exp(-abs(_t(x)))
+    return 0.5 * (1.0 / e + e)
+
+
+def _tan(x):
+    x = _t(x)
+    return np.sin(x) / np.cos(x)
+
+
+def _arcsinh(x):
+    x = _t(x)
+    a = abs(x)
+    # log1p(a + a^2 / (1 + sqrt(1 + a^2))) = log(a + sqrt(a^2 + 1)), accurate for small a;
+    # for a > 1e150 a^2 overflows: log(2a) there
+    big = a > 1e150
+    safe = _where(big, 1.0, a)
+    r = np.log1p(safe + safe * safe / (1.0 + np.sqrt(1.0 + safe * safe)))
+    return np.sign(x) * _where(big, np.log(a) + _LN2, r)
+
+
+def _arcsin(x):
+    """asin(x) = atan2(x, sqrt((1 - x)(1 + x))): accurate up to |x| = 1 (the factored form keeps
+    1 - x^2 exact there); NaN beyond, as numpy."""
+    x = _t(x)
+    return _binary("arctan2", x, np.sqrt((1.0 - x) * (1.0 + x)))
+
+
+def _arccos(x):
+    x = _t(x)
+    return _binary("arctan2", np.sqrt((1.0 - x) * (1.0 + x)), x)
+
+
+def _arccosh(x):
+    x = _t(x)
+    return np.log(x + np.sqrt(x * x - 1.0))
+
+
+def _arctanh(x):
+    x = _t(x)
+    return 0.5 * np.log1p(2.0 * x / (1.0 - x))
+
+
+def _exp2(x):
+    return np.exp(_t(x) * _LN2)
+
+
+def _log2(x):
+    return np.log(_t(x)) * (1.0 / _LN2)
+
+
+def _log10(x):
+    return np.log(_t(x)) * (1.0 / _LN10)
+
+
+def _logaddexp(a, b):
+    a, b = lift(a), lift(b)
+    m = _binary("maximum", a, b)
+    return m + np.log1p(np.exp(-abs(a - b)))
+
+
+def _logaddexp2(a, b):
+    return _logaddexp(_t(a) * _LN2, _t(b) * _LN2) * (1.0 / _LN2)
+
+
+def _hypot(a, b):
+    """sqrt(a^2 + b^2) scaled by max(|a|, |b|) so neither overflows nor underflows."""
+    a, b = abs(_t(a)), abs(_t(b))
+    m = _binary("maximum", a, b)
+    s = _where(m > 0.0, m, 1.0)
+    q = _binary("minimum", a, b) / s
+    return _where(m > 0.0, m * np.sqrt(1.0 + q * q), 0.0)
+
+
+def _sinc(x):
+    """sin(pi x) / (pi x), 1 at 0 (numpy's definition)."""
+    x = _t(x)
+    y = math.pi * _where(x == 0.0, 1e-20, x)
+    return _where(x == 0.0, 1.0, np.sin(y) / y)
+
+
+def _fmax(a, b):
+    a, b = _t(a), _t(b)
+    return _where(b != b, a, _where(a != a, b, _binary("maximum", a, b)))
+
+
+def _fmin(a, b):
+    a, b = _t(a), _t(b)
+    return _where(b != b, a, _where(a != a, b, _binary("minimum", a, b)))
+
+
+def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
+    x = _t(x)
+    big = np.finfo(np.float64).max
+    x = _where(x != x, nan, x)
+    x = _where(x == np.inf, big if posinf is None else posinf, x)
+    return _where(x == -np.inf, -big if neginf is None else neginf, x)
+
+
+def _heaviside(x1, x2):
+    x1 = _t(x1)
+    return _where(x1 > 0.0, 1.0, _where(x1 == 0.0, x2, _where(x1 < 0.0, 0.0, x1)))
+
+
+def _clip(a, a_min=None, a_max=None, out=None, **kw):
+    _no_out(out, "clip")
+    a_min = kw.pop("min", a_min)
+    a_max = kw.pop("max", a_max)
+    _no_kwargs("clip", kw)
+    r = lift(a)
+    if a_min is not None:
+        r = _binary("maximum", r, a_min)
+    if a_max is not None:
+        r = _binary("minimum", r, a_max)
+    return r
+
+
+def _norm(x, ord=None, axis=None, keepdims=False):
+    """``np.linalg.norm`` for vector norms (ord None/2, 1, inf, -inf, p) and the matrix norms
+    'fro', 1, inf, -1, -inf, 'nuc' excluded (it needs singular values)."""
+    x = _t(x)
+    if axis is None and (x.ndim == 1 or ord is None):
+        if ord is None or (x.ndim == 1 and ord == 2):
+            return np.sqrt(_reduce("reduce_sum", x * x, None, keepdims))
+        axis = None
+    if axis is not None and np.ndim(axis) == 0:
+        axis = (axis,)
+    vec = (axis is None and x.ndim == 1) or (axis is not None and len(axis) == 1)
+    if vec:
+        ax = None if axis is None else axis[0]
+        a = abs(x)
+        if ord in (None, 2):
+            return np.sqrt(_reduce("reduce_sum", x * x, ax, keepdims))
+        if ord == np.inf:
+            return _reduce("reduce_max", a, ax, keepdims)
+        if ord == -np.inf:
+            return -_reduce("reduce_max", -a, ax, keepdims)
+        if ord == 1:
+            return _reduce("reduce_sum", a, ax, keepdims)
+        if ord == 0:
+            return _reduce("reduce_sum", (x != 0.0).astype(float), ax, keepdims)
+        p = float(ord)
+        return _reduce("reduce_sum", a**p, ax, keepdims) ** (1.0 / p)
+    rows, cols = (0, 1) if axis is None else (_axis(axis[0], x.ndim), _axis(axis[1], x.ndim))
+    if ord in (None, "fro"):
+        return np.sqrt(_reduce("reduce_sum", x * x, (rows, cols), keepdims))
+    a = abs(x)
+    if ord in (1, -1):
+        s = _reduce("reduce_sum", a, rows, True)
+        r = _reduce("reduce_max", s if ord == 1 else -s, cols, True) * (1 if ord == 1 else -1)
+    elif ord in (np.inf, -np.inf):
+        s = _reduce("reduce_sum", a, cols, True)
+        r = _reduce("reduce_max", s if ord > 0 else -s, rows, True) * (1 if ord > 0 else -1)
+    else:
+        raise _fail(f"numpy.linalg.norm with ord={ord!r} for matrices is not supported")
+    return r if keepdims else _squeeze(r, (rows, cols))
+
+
+def _expit(x):
+    """The logistic sigmoid 1 / (1 + exp(-x)), exponentiating only non-positive numbers."""
+    x = _t(x)
+    e = np.exp(-abs(x))
+    return _where(x >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _log_expit(x):
+    """log(expit(x)) = -log1p(exp(-x)), stable for both signs."""
+    x = _t(x)
+    return _binary("minimum", x, 0.0) - np.log1p(np.exp(-abs(x)))
+
+
+def _logit(p):
+    p = _t(p)
+    return np.log(p / (1.0 - p))
+
+
+def _xlogy(x, y):
+    """x * log(y), 0 where x == 0 (scipy.special.xlogy)."""
+    x, y = _t(x), _t(y)
+    safe = _where(x == 0.0, 1.0, y)
+    return _where(x == 0.0, 0.0, x * np.log(safe))
+
+
+def _xlog1py(x, y):
+    x, y = _t(x), _t(y)
+    safe = _where(x == 0.0, 0.0, y)
+    return _where(x == 0.0, 0.0, x * np.log1p(safe))
+
+
+def _remainder(a, b):
+    """numpy's ``mod``/``remainder``/``%``: ``fmod`` moved to the sign of ``b`` (numpy's own
+    ``npy_divmod``), exact like it."""
+    a, b = _t(a), _t(b)
+    m = _binary("fmod", a, b)
+    wrong_side = (m != 0.0) & ((b < 0.0) != (m < 0.0))
+    return _where(wrong_side, m + b, m)
+
+
+def _round(a, decimals=0, out=None):
+    """numpy's ``round``: half to even, by scaling with 10^decimals as numpy does."""
+    _no_out(out, "round")
+    a = _t(a)
+    if decimals == 0:
+        return _unary("rint", a)
+    scale = 10.0**decimals
+    if decimals > 0:
+        return _unary("rint", a * scale) / scale
+    return _unary("rint", a / (1.0 / scale)) * (1.0 / scale)
+
+
+def _where_fn(c, x=None, y=None):
+    if x is None or y is None:
+        raise _fail("numpy.where with one argument (indices) is not supported")
+    return _where(c, x, y)
+
+
+def _select(condlist, choicelist, default=0):
+    if len(condlist) != len(choicelist):
+        raise _fail("list of cases must be same length as list of conditions")
+    r = lift(default)
+    for c, v in reversed(list(zip(condlist, choicelist))):
+        r = _where(c, v, r)
+    return r

@@ -1,0 +1,524 @@
+"""numpy's shape, assembly and structure functions as compositions: ``concatenate`` & co. write
+each part into its block of a new array (one in-place ``scatter`` per part), views are reshapes,
+transposes and basic indexing, and integer-array / boolean-mask indexing gathers one basic read
+per selected element (its adjoint is one O(1) scatter-add per index, repeated indices
+accumulating as ``np.add.at``; never a dense one-hot array). Index arrays must be known when
+tracing."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from . import ops
+from .np_common import _axis, _like, _no_kwargs, _no_out, _t, _zeros
+from .tracing import _UNSET, Tracer, _copy, _fail, _reduce, _reshape, _setitem, _transpose, _where
+
+
+def _expand_dims(a, axis):
+    a = _t(a)
+    axes = (axis,) if np.ndim(axis) == 0 else tuple(axis)
+    nd = a.ndim + len(axes)
+    axes = sorted(_axis(k, nd) for k in axes)
+    it = iter(a.shape)
+    return _reshape(a, tuple(1 if i in axes else next(it) for i in range(nd)))
+
+
+def _squeeze(a, axis=None):
+    a = _t(a)
+    if axis is None:
+        return _reshape(a, tuple(d for d in a.shape if d != 1))
+    axes = {_axis(k, a.ndim) for k in ((axis,) if np.ndim(axis) == 0 else axis)}
+    if any(a.shape[k] != 1 for k in axes):
+        raise _fail("cannot select an axis to squeeze out which has size not equal to one")
+    return _reshape(a, tuple(d for i, d in enumerate(a.shape) if i not in axes))
+
+
+def _swapaxes(a, axis1, axis2):
+    a = _t(a)
+    perm = list(range(a.ndim))
+    i, j = _axis(axis1, a.ndim), _axis(axis2, a.ndim)
+    perm[i], perm[j] = perm[j], perm[i]
+    return _transpose(a, perm)
+
+
+def _moveaxis(a, source, destination):
+    a = _t(a)
+    src = [_axis(s, a.ndim) for s in ((source,) if np.ndim(source) == 0 else source)]
+    dst = [_axis(d, a.ndim) for d in ((destination,) if np.ndim(destination) == 0 else destination)]
+    order = [k for k in range(a.ndim) if k not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return _transpose(a, order)
+
+
+def _broadcast_to(a, shape, subok=False):
+    a = _t(a)
+    shape = (shape,) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+    try:
+        if np.broadcast_shapes(a.shape, shape) != shape:
+            raise ValueError
+    except ValueError:
+        raise _fail(f"operands could not be broadcast from {a.shape} to {shape}") from None
+    return a + _zeros(shape) if a.shape != shape else a
+
+
+def _atleast(nd: int):
+    def fn(*arys):
+        out = []
+        for a in arys:
+            a = _t(a)
+            if a.ndim < nd:
+                shape = {0: (1,) * nd, 1: (1, *a.shape) if nd == 2 else (1, *a.shape, 1)}
+                a = _reshape(a, shape.get(a.ndim, (*a.shape, 1)))
+            out.append(a)
+        return out[0] if len(out) == 1 else out
+
+    return fn
+
+
+def _concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
+    """``np.concatenate``: each part written into its block of a new array (one in-place
+    ``scatter`` per part), so the adjoint of each part is a slice of the cotangent."""
+    _no_out(out, "concatenate")
+    parts = [_t(a) for a in arrays]
+    if not parts:
+        raise _fail("need at least one array to concatenate")
+    if axis is None:
+        parts, axis = [_reshape(p, (-1,)) for p in parts], 0
+    nd = parts[0].ndim
+    if nd == 0:
+        raise _fail("zero-dimensional arrays cannot be concatenated")
+    axis = _axis(axis, nd)
+    rest = parts[0].shape[:axis] + parts[0].shape[axis + 1 :]
+    for p in parts:
+        if p.ndim != nd or p.shape[:axis] + p.shape[axis + 1 :] != rest:
+            raise _fail(
+                "all the input array dimensions except for the concatenation axis must match "
+                f"exactly, got {[q.shape for q in parts]}"
+            )
+    total = sum(p.shape[axis] for p in parts)
+    dtype = "bool" if all(p.node.dtype == "bool" for p in parts) else "f64"
+    out_shape = parts[0].shape[:axis] + (total,) + parts[0].shape[axis + 1 :]
+    level = max(p.level for p in parts)
+    r = Tracer(ops.const(False if dtype == "bool" else 0.0, out_shape, dtype), _UNSET, level)
+    at = 0
+    for p in parts:
+        k = p.shape[axis]
+        if k:
+            _setitem(r, (slice(None),) * axis + (slice(at, at + k),), p)
+        at += k
+    return r
+
+
+def _stack(arrays, axis=0, out=None, dtype=None, casting=None):
+    parts = [_t(a) for a in arrays]
+    if not parts:
+        raise _fail("need at least one array to stack")
+    if any(p.shape != parts[0].shape for p in parts):
+        raise _fail("all input arrays must have the same shape")
+    axis = _axis(axis, parts[0].ndim + 1)
+    return _concatenate([_expand_dims(p, axis) for p in parts], axis, out)
+
+
+def _vstack(tup, dtype=None, casting=None):
+    return _concatenate([_atleast(2)(a) for a in tup], 0)
+
+
+def _hstack(tup, dtype=None, casting=None):
+    arrs = [_atleast(1)(a) for a in tup]
+    return _concatenate(arrs, 0 if arrs[0].ndim == 1 else 1)
+
+
+def _column_stack(tup):
+    arrs = [_t(a) for a in tup]
+    arrs = [_reshape(a, (a.shape[0], 1)) if a.ndim == 1 else a for a in arrs]
+    return _concatenate(arrs, 1)
+
+
+def _append(arr, values, axis=None):
+    if axis is None:
+        return _concatenate([_reshape(_t(arr), (-1,)), _reshape(_t(values), (-1,))], 0)
+    return _concatenate([arr, values], axis)
+
+
+def _split(ary, indices_or_sections, axis=0, exact=True):
+    a = _t(ary)
+    axis = _axis(axis, a.ndim)
+    n = a.shape[axis]
+    if np.ndim(indices_or_sections) == 0:
+        k = int(indices_or_sections)
+        if exact and n % k:
+            raise _fail("array split does not result in an equal division")
+        q, r = divmod(n, k)
+        sizes = [q + 1] * r + [q] * (k - r)
+        bounds = list(itertools.accumulate([0] + sizes))
+    else:
+        bounds = [0] + [int(i) for i in indices_or_sections] + [n]
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        key = (slice(None),) * axis + (slice(lo, max(lo, hi)),)
+        out.append(a[key])
+    return out
+
+
+def _flip(m, axis=None):
+    m = _t(m)
+    axes = range(m.ndim) if axis is None else ((axis,) if np.ndim(axis) == 0 else axis)
+    axes = {_axis(k, m.ndim) for k in axes}
+    return m[tuple(slice(None, None, -1) if i in axes else slice(None) for i in range(m.ndim))]
+
+
+def _roll(a, shift, axis=None):
+    a = _t(a)
+    if axis is None:
+        return _reshape(_roll(_reshape(a, (-1,)), shift, 0), a.shape)
+    shifts = (shift,) if np.ndim(shift) == 0 else tuple(shift)
+    axes = (axis,) if np.ndim(axis) == 0 else tuple(axis)
+    if len(shifts) == 1:
+        shifts = shifts * len(axes)
+    for s, ax in zip(shifts, axes):
+        ax = _axis(ax, a.ndim)
+        n = a.shape[ax]
+        if n == 0:
+            continue
+        s = int(s) % n
+        if s:
+            pre = (slice(None),) * ax
+            a = _concatenate([a[pre + (slice(n - s, None),)], a[pre + (slice(0, n - s),)]], ax)
+    return a
+
+
+def _tile(A, reps):
+    A = _t(A)
+    reps = (reps,) if np.ndim(reps) == 0 else tuple(int(r) for r in reps)
+    nd = max(A.ndim, len(reps))
+    A = _reshape(A, (1,) * (nd - A.ndim) + A.shape)
+    reps = (1,) * (nd - len(reps)) + reps
+    for ax, r in enumerate(reps):
+        if r != 1:
+            A = _concatenate([A] * r, ax) if r else A[(slice(None),) * ax + (slice(0, 0),)]
+    return A
+
+
+def _repeat(a, repeats, axis=None):
+    a = _t(a)
+    if axis is None:
+        a, axis = _reshape(a, (-1,)), 0
+    axis = _axis(axis, a.ndim)
+    n = a.shape[axis]
+    reps = [int(repeats)] * n if np.ndim(repeats) == 0 else [int(r) for r in repeats]
+    if len(reps) != n:
+        raise _fail(f"operands could not be broadcast together with shape ({n},) ({len(reps)},)")
+    if len(set(reps)) == 1:  # the common case: one broadcast and a reshape
+        r = reps[0]
+        e = _expand_dims(a, axis + 1)
+        shape = e.shape[: axis + 1] + (r,) + e.shape[axis + 2 :]
+        return _reshape(_broadcast_to(e, shape), a.shape[:axis] + (n * r,) + a.shape[axis + 1 :])
+    pre = (slice(None),) * axis
+    return _concatenate(
+        [a[pre + (slice(i, i + 1),)] for i, r in enumerate(reps) for _ in range(r)], axis
+    )
+
+
+def _pad(array, pad_width, mode="constant", constant_values=0, **kw):
+    _no_kwargs("pad", kw)
+    if mode != "constant":
+        raise _fail(f"numpy.pad with mode={mode!r} is not supported (only 'constant')")
+    a = _t(array)
+    pw = np.broadcast_to(np.asarray(pad_width, dtype=int), (a.ndim, 2))
+    cv = np.broadcast_to(np.asarray(constant_values, dtype=float), (a.ndim, 2))
+    if np.any(cv != cv.flat[0]):
+        raise _fail("numpy.pad with different constant_values per side is not supported")
+    shape = tuple(int(d + lo + hi) for d, (lo, hi) in zip(a.shape, pw))
+    out = _like(float(cv.flat[0]), a, shape=shape)
+    _setitem(out, tuple(slice(int(lo), int(lo) + d) for d, (lo, _) in zip(a.shape, pw)), a)
+    return out
+
+
+def _rot90(m, k=1, axes=(0, 1)):
+    m = _t(m)
+    a0, a1 = (_axis(a, m.ndim) for a in axes)
+    k %= 4
+    if k == 0:
+        return _copy(m)
+    if k == 2:
+        return _flip(_flip(m, a0), a1)
+    perm = list(range(m.ndim))
+    perm[a0], perm[a1] = perm[a1], perm[a0]
+    return _transpose(_flip(m, a1), perm) if k == 1 else _flip(_transpose(m, perm), a1)
+
+
+def _split_along(axis: int):
+    def fn(ary, indices_or_sections):
+        a = _t(ary)
+        if a.ndim <= axis and axis > 0:
+            raise _fail(f"this split works only on arrays of {axis + 1} or more dimensions")
+        ax = 0 if (axis == 1 and a.ndim == 1) else axis  # hsplit of a 1-D array splits axis 0
+        return _split(a, indices_or_sections, ax, True)
+
+    return fn
+
+
+def _dstack(tup):
+    arrs = []
+    for a in tup:
+        a = _t(a)
+        if a.ndim <= 1:
+            a = _reshape(a, (1, -1, 1) if a.ndim == 1 else (1, 1, 1))
+        elif a.ndim == 2:
+            a = _reshape(a, (*a.shape, 1))
+        arrs.append(a)
+    return _concatenate(arrs, 2)
+
+
+def _rollaxis(a, axis, start=0):
+    a = _t(a)
+    axis = _axis(axis, a.ndim)
+    start = start + a.ndim if start < 0 else start
+    if axis < start:
+        start -= 1
+    return _moveaxis(a, axis, start) if axis != start else a
+
+
+def _diagonal(a, offset=0, axis1=0, axis2=1):
+    a = _t(a)
+    if a.ndim != 2 or (axis1, axis2) not in ((0, 1), (-2, -1), (0, -1), (-2, 1)):
+        a = _moveaxis(a, (axis1, axis2), (-2, -1))
+    m, n = a.shape[-2:]
+    i0, j0 = (0, offset) if offset >= 0 else (-offset, 0)
+    k = max(0, min(m - i0, n - j0))
+    lead = a.shape[:-2]
+    flat = _reshape(a, lead + (m * n,))
+    start = i0 * n + j0
+    sl = slice(start, start + (k - 1) * (n + 1) + 1, n + 1) if k else slice(0, 0)
+    return _copy(flat[(slice(None),) * len(lead) + (sl,)])  # numpy's diagonal is read-only
+
+
+def _diag(v, k=0):
+    v = _t(v)
+    if v.ndim == 2:
+        return _diagonal(v, k)
+    if v.ndim != 1:
+        raise _fail("numpy.diag: input must be 1-d or 2-d")
+    n = v.shape[0] + abs(k)
+    out = _like(0.0, v, shape=(n * n,))
+    start = k if k >= 0 else -k * n
+    if v.shape[0]:
+        _setitem(out, slice(start, start + (v.shape[0] - 1) * (n + 1) + 1, n + 1), v)
+    return _reshape(out, (n, n))
+
+
+def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
+    _no_out(out, "trace")
+    return _reduce("reduce_sum", _diagonal(a, offset, axis1, axis2), -1)
+
+
+def _tri_mask(shape, k, lower):
+    m, n = shape[-2:]
+    mask = np.tri(m, n, k - (0 if lower else 1), dtype=bool)
+    return mask if lower else ~mask
+
+
+def _tril(m, k=0):
+    m = _t(m)
+    return _where(np.broadcast_to(_tri_mask(m.shape, k, True), m.shape), m, 0.0)
+
+
+def _triu(m, k=0):
+    m = _t(m)
+    return _where(np.broadcast_to(_tri_mask(m.shape, k, False), m.shape), m, 0.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Integer-array and boolean-mask indexing
+
+
+def is_basic_key(key) -> bool:
+    """Whether ``key`` is numpy basic indexing (ints, slices, ``...``) without ``None``."""
+    items = key if isinstance(key, tuple) else (key,)
+    return not any(
+        k is None or isinstance(k, (list, np.ndarray)) or (isinstance(k, Tracer) and k.ndim)
+        for k in items
+    )
+
+
+def _expand_key(key, ndim: int):
+    """The key as a tuple with ``...`` expanded, ``None`` kept, bool masks turned into their
+    integer index arrays (one per axis they cover), lists into int arrays."""
+    items = key if isinstance(key, tuple) else (key,)
+    out = []
+    for k in items:
+        if isinstance(k, Tracer):
+            raise _fail(
+                "indexing with a traced array (a data-dependent index or mask) is not "
+                "supported; index arrays must be known when tracing (use tapejit.where for a "
+                "mask that depends on the input)"
+            )
+        if isinstance(k, (list, np.ndarray)):
+            arr = np.asarray(k)
+            if arr.dtype == np.bool_:
+                out.extend(np.nonzero(arr))
+                continue
+            if arr.size == 0:
+                arr = arr.astype(np.intp)
+            if arr.dtype.kind not in "iu":
+                raise _fail(
+                    f"arrays used as indices must be of integer (or boolean) type, got {arr.dtype}"
+                )
+            out.append(arr.astype(np.intp))
+        else:
+            out.append(k)
+    used = sum(1 for k in out if k is not None and k is not Ellipsis)
+    if any(k is Ellipsis for k in out):
+        i = out.index(Ellipsis)
+        out = out[:i] + [slice(None)] * (ndim - used) + out[i + 1 :]
+    if used > ndim:
+        raise _fail(
+            f"too many indices for array: array is {ndim}-dimensional, but {used} were indexed"
+        )
+    return out + [slice(None)] * (ndim - used)
+
+
+def _index_plan(shape, key):
+    """For an advanced or None-bearing key: (broadcast index shape B or None, list of
+    (result position, basic key) for every element of B, result shape, positions)."""
+    items = _expand_key(key, len(shape))
+    arrays = [(i, k) for i, k in enumerate(items) if isinstance(k, np.ndarray)]
+    axis_of = []
+    ax = 0
+    for k in items:
+        axis_of.append(None if k is None else ax)
+        if k is not None:
+            ax += 1
+    for i, k in arrays:
+        d = shape[axis_of[i]]
+        if k.size and (k.max() >= d or k.min() < -d):
+            bad = k.max() if k.max() >= d else k.min()
+            raise _fail(f"index {bad} is out of bounds for axis {axis_of[i]} with size {d}")
+    return items, arrays, axis_of
+
+
+def advanced_getitem(x: Tracer, key) -> Tracer:
+    """``x[key]`` for keys with ``None``, integer arrays or boolean masks (numpy's advanced
+    indexing: the broadcast index arrays' shape replaces the indexed axes in place when they are
+    adjacent, else it comes first)."""
+    items, arrays, _ = _index_plan(x.shape, key)
+    if not arrays:  # only None: basic indexing, then unit axes where the Nones stood
+        basic = tuple(k for k in items if k is not None)
+        r = x[basic] if basic else x
+        shape, it = [], iter(r.shape)
+        for k in items:
+            if k is None:
+                shape.append(1)
+            elif not isinstance(k, (int, np.integer)):
+                shape.append(next(it))
+        return _reshape(r, tuple(shape) + tuple(it))
+    if any(k is None for k in items):
+        raise _fail("None / np.newaxis together with integer-array indices is not supported")
+    B = np.broadcast_shapes(*(k.shape for _, k in arrays))
+    bcast = {i: np.broadcast_to(k, B) for i, k in arrays}
+    pos = [i for i, _ in arrays]
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    rows = []
+    for b in np.ndindex(*B):
+        rows.append(x[tuple(int(bcast[i][b]) if i in bcast else k for i, k in enumerate(items))])
+    rest = (
+        rows[0].shape
+        if rows
+        else tuple(
+            len(range(*k.indices(d))) for k, d in zip(items, x.shape) if isinstance(k, slice)
+        )
+    )
+    if rows:
+        r = _stack(rows) if len(rows) > 1 else _expand_dims(rows[0], 0)
+        r = _reshape(r, B + rest)
+    else:
+        r = Tracer(ops.const(0.0, B + rest, x.node.dtype), _UNSET, x.level)
+    if adjacent and pos[0] > 0:  # B goes where the indexed axes were
+        before = sum(1 for k in items[: pos[0]] if isinstance(k, slice))
+        nb = len(B)
+        perm = list(range(nb, nb + before)) + list(range(nb)) + list(range(nb + before, r.ndim))
+        r = _transpose(r, perm)
+    return r
+
+
+def advanced_setitem(y: Tracer, key, value) -> None:
+    """``y[key] = value`` for advanced keys: one basic write per selected element, in numpy's
+    order (with repeated indices the last write wins, as numpy's assignment does)."""
+    items, arrays, _ = _index_plan(y.shape, key)
+    if not arrays:  # only None: the value broadcasts to the result with its unit axes
+        basic = tuple(k for k in items if k is not None)
+        target = advanced_getitem(y, key).shape
+        v = _t(value)
+        try:
+            if np.broadcast_shapes(v.shape, target) != target:
+                raise ValueError
+        except ValueError:
+            raise _fail(
+                f"could not broadcast input array from shape {v.shape} into shape {target}"
+            ) from None
+        region = y[basic].shape if basic else y.shape
+        _setitem(y, basic if basic else Ellipsis, _reshape(_broadcast_to(v, target), region))
+        return
+    if any(k is None for k in items):
+        raise _fail("None / np.newaxis together with integer-array indices is not supported")
+    target = advanced_getitem(y, key)  # the shape numpy broadcasts the value to
+    v = _t(value)
+    if np.broadcast_shapes(v.shape, target.shape) != target.shape:
+        raise _fail(
+            f"shape mismatch: value array of shape {v.shape} could not be broadcast "
+            f"to indexing result of shape {target.shape}"
+        )
+    v = _broadcast_to(v, target.shape)
+    B = np.broadcast_shapes(*(k.shape for _, k in arrays))
+    bcast = {i: np.broadcast_to(k, B) for i, k in arrays}
+    pos = [i for i, _ in arrays]
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    before = sum(1 for k in items[: pos[0]] if isinstance(k, slice)) if adjacent else 0
+    nb = len(B)
+    if adjacent and before:  # bring B to the front, as the rows were gathered
+        perm = (
+            list(range(before, before + nb))
+            + list(range(before))
+            + list(range(before + nb, v.ndim))
+        )
+        v = _transpose(v, perm)
+    for b in np.ndindex(*B):
+        _setitem(y, tuple(int(bcast[i][b]) if i in bcast else k for i, k in enumerate(items)), v[b])
+
+
+def _take(a, indices, axis=None, out=None, mode="raise"):
+    _no_out(out, "take")
+    a = _t(a)
+    if mode != "raise":
+        raise _fail(f"numpy.take with mode={mode!r} is not supported")
+    if axis is None:
+        return (
+            advanced_getitem(_reshape(a, (-1,)), (np.asarray(indices),))
+            if np.ndim(indices)
+            else _reshape(a, (-1,))[int(indices)]
+        )
+    axis = _axis(axis, a.ndim)
+    idx = np.asarray(indices)
+    if idx.ndim == 0:
+        return a[(slice(None),) * axis + (int(idx),)]
+    return advanced_getitem(a, (slice(None),) * axis + (idx,))
+
+
+def _take_along_axis(arr, indices, axis):
+    arr = _t(arr)
+    idx = np.asarray(indices)
+    if axis is None:
+        return advanced_getitem(_reshape(arr, (-1,)), (idx,))
+    axis = _axis(axis, arr.ndim)
+    if idx.ndim != arr.ndim:
+        raise _fail("`indices` and `arr` must have the same number of dimensions")
+    shape = np.broadcast_shapes(
+        tuple(1 if i == axis else d for i, d in enumerate(idx.shape)),
+        tuple(1 if i == axis else d for i, d in enumerate(arr.shape)),
+    )
+    grids = np.ogrid[tuple(slice(0, d) for d in shape)]
+    key = tuple(idx if i == axis else grids[i] for i in range(arr.ndim))
+    return advanced_getitem(arr, key)
