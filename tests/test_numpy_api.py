@@ -218,6 +218,16 @@ def test_numpy_function_matches_numpy_and_finite_differences(case):
         assert dot == pytest.approx(fd, rel=1e-6, abs=1e-7), name
 
 
+def _sym(a):
+    return a + np.swapaxes(a, -1, -2)
+
+
+def _eig_fn(m):
+    """v diag(exp(w)) v^T: the matrix exponential, independent of the eigenvectors' signs."""
+    w, v = np.linalg.eigh(m)
+    return (v * np.exp(w)) @ v.T
+
+
 def _spd(a):
     return a @ np.swapaxes(a, -1, -2) + 3.0 * np.eye(a.shape[-1])
 
@@ -253,6 +263,10 @@ LINALG = [
     ("slogdet", lambda a: np.linalg.slogdet(a)[1] * np.linalg.slogdet(a)[0], [(3, 3)], ANY),
     ("cholesky", lambda a: wsum(np.linalg.cholesky(_spd(a))), [(4, 4)], ANY),
     ("cholesky_upper", lambda a: wsum(np.linalg.cholesky(_spd(a), upper=True)), [(3, 3)], ANY),
+    ("eigvalsh", lambda a: wsum(np.linalg.eigvalsh(_sym(a))), [(4, 4)], ANY),
+    ("eigh_invariant", lambda a: wsum(_eig_fn(_sym(a))), [(3, 3)], ANY),
+    ("eigh_batched", lambda a: wsum(np.linalg.eigh(_sym(a))[0]), [(2, 3, 3)], ANY),
+    ("eigh_one_triangle", lambda a: wsum(np.linalg.eigvalsh(a)) + wsum(np.linalg.eigvalsh(a, UPLO="U") ** 2), [(3, 3)], ANY),
     ("gaussian_logpdf", lambda a, x: -0.5 * x @ np.linalg.solve(_spd(a), x)
         - 0.5 * np.linalg.slogdet(_spd(a))[1], [(3, 3), (3,)], ANY),
 ]  # fmt: skip
