@@ -540,6 +540,22 @@ def _pow_vjp(g, out, x, y):
     return gx, gy
 
 
+def _gauss(x: Node) -> Node:
+    """d erf(x) / dx = 2 / sqrt(pi) * exp(-x^2)."""
+    return mul(const(2.0 / math.sqrt(math.pi)), elementwise("exp", neg(mul(x, x))))
+
+
+def _special(name: str):
+    """scipy.special's ufunc ``name`` as the reference (the interpreter's semantics); without
+    scipy, numpy's vectorised ``math`` function (correctly rounded to ~1 ulp as well)."""
+    try:
+        import scipy.special
+
+        return getattr(scipy.special, name)
+    except ImportError:
+        return np.vectorize(getattr(math, name), otypes=[np.float64])
+
+
 def _atan2_vjp(g, out, y, x):
     """d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)."""
     r = div(g, add(mul(x, x), mul(y, y)))
@@ -890,6 +906,11 @@ defop("tanh", "unary", 1, _arith, _E(np.tanh), lambda g, out, x: (mul(g, _one_mi
       numpy=("tanh",), cost=_MATH_COST)
 defop("arctan", "unary", 1, _arith, _E(np.arctan),
       lambda g, out, x: (div(g, add(const(1.0), mul(x, x))),), numpy=("arctan",), cost=_MATH_COST)
+# the error function and its complement (scipy.special.erf/erfc: not numpy ufuncs)
+defop("erf", "unary", 1, _arith, lambda a, x: _special("erf")(x),
+      lambda g, out, x: (mul(g, _gauss(x)),), cost=_MATH_COST)
+defop("erfc", "unary", 1, _arith, lambda a, x: _special("erfc")(x),
+      lambda g, out, x: (neg(mul(g, _gauss(x))),), cost=_MATH_COST)
 defop("abs", "unary", 1, _arith, _E(np.abs), lambda g, out, x: (mul(g, elementwise("sign", x)),),
       numpy=("absolute", "fabs"))
 defop("sign", "unary", 1, _arith, _E(np.sign), None, numpy=("sign",), differentiable=False)

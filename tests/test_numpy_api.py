@@ -243,6 +243,8 @@ SPECIAL = [] if sc is None else [
     ("logit", lambda a: wsum(sc.logit(a)), [(6,)], (0.1, 0.9)),
     ("xlogy", lambda a, b: wsum(sc.xlogy(a, b)) + sc.xlogy(0.0, b[0]), [(4,), (4,)], POS),
     ("xlog1py", lambda a, b: wsum(sc.xlog1py(a, b)), [(4,), (4,)], POS),
+    ("erf", lambda a: wsum(sc.erf(a * 2.0)), [(6,)], ANY),
+    ("erfc", lambda a: wsum(sc.erfc(a * 3.0) + sc.erfc(-a)), [(6,)], ANY),
 ]  # fmt: skip
 
 
