@@ -1,5 +1,5 @@
 """Command line: ``tapejit dump FILE.py:FUNC --arg SPEC ... --stage STAGE``, ``tapejit stats ...``,
-``tapejit cache info|clear``.
+``tapejit cache info|clear``, ``tapejit ops`` (the table of primitives).
 
 The stages are the pipeline's stages (:data:`tapejit.STAGES`): ``trace`` (forward graph), ``grad``
 (joint graph after reverse mode), ``opt`` (after the passes), ``plan`` (schedule + memory plan),
@@ -86,6 +86,30 @@ def _cache(action: str) -> int:
     return 0
 
 
+def primitives_markdown() -> str:
+    """The table of primitives: each op's group, the numpy names it answers to, whether it has
+    a reverse-mode rule, and the accuracy its math row guarantees (README keeps a copy that
+    ``tests/test_docs.py`` checks; ``tapejit ops`` prints it)."""
+    from codegen import mathlib
+    from tapejit import ops
+
+    rows = ["| op | group | numpy names | reverse mode | accuracy |", "|---|---|---|---|---|"]
+    for name, op in ops.OPS.items():
+        if op.group == "leaf":
+            continue
+        names = ", ".join(f"`{n}`" for n in op.numpy) or "–"
+        vjp = "yes" if op.differentiable else "no cotangent (piecewise constant)"
+        m = mathlib.MATH.get(name)
+        if m is not None and m.body is not None:
+            acc = f"≤ {m.ulp_ld:g} ulp (vectorised IR)"
+        elif m is not None:
+            acc = f"exact (`{m.intrinsic}`)"
+        else:
+            acc = "IEEE arithmetic" if op.group in ("unary", "binary") else "–"
+        rows.append(f"| `{name}` | {op.group} | {names} | {vjp} | {acc} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     from tapejit.api import STAGES
 
@@ -93,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("cache", help="inspect or clear the on-disk cache of compiled code")
     c.add_argument("action", choices=("info", "clear"))
+    sub.add_parser("ops", help="list the primitives: numpy names, reverse mode, accuracy")
     for name, help in (("dump", "print one stage"), ("stats", "print compile statistics")):
         c = sub.add_parser(name, help=help)
         c.add_argument("target", help="FILE.py:FUNC")
@@ -105,15 +130,19 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(argv)
     if ns.command == "cache":
         return _cache(ns.action)
+    if ns.command == "ops":
+        return _emit(primitives_markdown())
     try:
         grad = _compile(ns)
     except Exception as e:  # the CLI reports any failure as one line, exit status 1
         print(f"tapejit: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     if ns.command == "dump":
-        text = grad.ir(ns.stage)
-    else:
-        text = json.dumps(grad.stats, indent=2, default=str)
+        return _emit(grad.ir(ns.stage))
+    return _emit(json.dumps(grad.stats, indent=2, default=str))
+
+
+def _emit(text: str) -> int:
     try:
         print(text)
         sys.stdout.flush()

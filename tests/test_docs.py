@@ -47,3 +47,13 @@ def test_readme_lists_exactly_the_supported_numpy_names():
         "README's supported list is stale; regenerate it with "
         "python -c 'import tapejit.numpy_api as m; print(m.supported_markdown())'"
     )
+
+
+def test_readme_lists_exactly_the_primitives():
+    from tapejit import cli
+
+    text = README.read_text()
+    block = text.split("<!-- primitives:begin -->\n")[1].split("\n<!-- primitives:end -->")[0]
+    assert block == cli.primitives_markdown(), (
+        "README's table of primitives is stale; regenerate it with `tapejit ops`"
+    )
