@@ -214,3 +214,14 @@ def test_failing_target(tmp_path, source, patterns):
     f = tmp_path / "target.py"
     f.write_text(source)
     assert_clean_failure(run("dump", f"{f}:f", "--arg", "f64[3]"), r"^tapejit: error: ", *patterns)
+
+
+def test_ops_lists_every_primitive_with_its_accuracy():
+    from tapejit import ops
+
+    r = run("ops")
+    assert r.returncode == 0, r.stderr
+    for name, op in ops.OPS.items():
+        if op.group != "leaf":
+            assert f"| `{name}` | {op.group} |" in r.stdout
+    assert "| `erf` | unary | – | yes | ≤ 1.5 ulp (vectorised IR) |" in r.stdout
