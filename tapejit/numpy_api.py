@@ -177,6 +177,8 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "xlogy": _xlogy,
     "xlog1py": _xlog1py,
     "erf": functools.partial(_unary, "erf"),
+    "gammaln": functools.partial(_unary, "gammaln"),
+    "psi": functools.partial(_unary, "digamma"),  # scipy.special.digamma is psi
     "erfc": functools.partial(_unary, "erfc"),
 }  # fmt: skip
 

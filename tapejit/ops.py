@@ -545,6 +545,30 @@ def _gauss(x: Node) -> Node:
     return mul(const(2.0 / math.sqrt(math.pi)), elementwise("exp", neg(mul(x, x))))
 
 
+def _trigamma(x: Node) -> Node:
+    """psi'(x) as a composition (only digamma's derivative needs it): the recurrence
+    psi'(x) = sum_{k<10} 1/(x+k)^2 + psi'(x+10), the asymptotic series 1/y + 1/(2y^2) +
+    sum B_2k / y^(2k+1) at y = x + 10, and the reflection psi'(x) = pi^2 / sin^2(pi x) -
+    psi'(1 - x) for x < 0."""
+    neg = elementwise("lt", x, const(0.0))
+    xr = where(neg, sub(const(1.0), x), x)
+    acc = None
+    for k in range(10):
+        t = div(const(1.0), mul(add(xr, const(float(k))), add(xr, const(float(k)))))
+        acc = t if acc is None else add(acc, t)
+    y = add(xr, const(10.0))
+    iy = div(const(1.0), y)
+    z = mul(iy, iy)
+    series = const(-1.0 / 30)  # B2/y^3 - B4/y^5 + ... = iy^3 (1/6 - z/30 + z^2/42 - z^3/30)
+    for c in (1.0 / 42, -1.0 / 30, 1.0 / 6):
+        series = add(mul(series, z), const(c))
+    asym = add(add(iy, mul(const(0.5), z)), mul(mul(z, iy), series))
+    pos = add(acc, asym)
+    s = elementwise("sin", mul(const(math.pi), x))
+    refl = sub(div(const(math.pi**2), mul(s, s)), pos)
+    return where(neg, refl, pos)
+
+
 def _special(name: str):
     """scipy.special's ufunc ``name`` as the reference (the interpreter's semantics); without
     scipy, numpy's vectorised ``math`` function (correctly rounded to ~1 ulp as well)."""
@@ -911,6 +935,11 @@ defop("erf", "unary", 1, _arith, lambda a, x: _special("erf")(x),
       lambda g, out, x: (mul(g, _gauss(x)),), cost=_MATH_COST)
 defop("erfc", "unary", 1, _arith, lambda a, x: _special("erfc")(x),
       lambda g, out, x: (neg(mul(g, _gauss(x))),), cost=_MATH_COST)
+# log |Gamma(x)| and its derivative, digamma (scipy.special.gammaln / digamma / psi)
+defop("gammaln", "unary", 1, _arith, lambda a, x: _special("gammaln")(x),
+      lambda g, out, x: (mul(g, elementwise("digamma", x)),), cost=_MATH_COST)
+defop("digamma", "unary", 1, _arith, lambda a, x: _special("digamma")(x),
+      lambda g, out, x: (mul(g, _trigamma(x)),), cost=_MATH_COST)
 defop("abs", "unary", 1, _arith, _E(np.abs), lambda g, out, x: (mul(g, elementwise("sign", x)),),
       numpy=("absolute", "fabs"))
 defop("sign", "unary", 1, _arith, _E(np.sign), None, numpy=("sign",), differentiable=False)

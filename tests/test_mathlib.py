@@ -153,7 +153,7 @@ def _ref(op: str, x: np.ndarray, y: np.ndarray | None = None, dtype=np.float64) 
             return np.power(x.astype(dtype), y.astype(dtype))
         if op == "arctan2":
             return np.arctan2(x.astype(dtype), y.astype(dtype))
-        if op in ("erf", "erfc"):  # scipy's double routine (the fractional check uses mpmath)
+        if op in ("erf", "erfc", "gammaln", "digamma"):  # scipy's (the fractional check: mpmath)
             scipy_special = pytest.importorskip("scipy.special")
             return getattr(scipy_special, op)(x).astype(dtype)
         return getattr(np, op)(x.astype(dtype))
@@ -233,7 +233,7 @@ def test_accuracy(lib, op, label, sample, bound_np, bound_ld):
         # no long-double erf in numpy: 2^12 of the points against mpmath at 40 digits
         mpmath = pytest.importorskip("mpmath")
         mpmath.mp.dps = 40
-        fn = getattr(mpmath, op)
+        fn = {"gammaln": lambda v: mpmath.log(abs(mpmath.gamma(v)))}.get(op) or getattr(mpmath, op)
         pick = np.random.default_rng(1).choice(x.size, 4096, replace=False)
         ref = np.array([float(fn(mpmath.mpf(float(v)))) for v in x[pick]])
         exact = np.array([fn(mpmath.mpf(float(v))) for v in x[pick]], dtype=object)
@@ -249,7 +249,7 @@ def test_accuracy(lib, op, label, sample, bound_np, bound_ld):
 
 
 #: Ops whose fractional-ulp reference is mpmath (numpy has no long-double version of them).
-MPMATH_REFERENCE = ("erf", "erfc")
+MPMATH_REFERENCE = ("erf", "erfc", "gammaln", "digamma")
 
 SPECIAL = {
     "exp": [0.0, -0.0, np.inf, -np.inf, np.nan, 709.782712893384, 709.7827128933841,
@@ -271,6 +271,10 @@ SPECIAL = {
             -0.84374999, 1.25, 2.857142857142857, 6.0, -6.0, 28.0, 1e300],
     "erfc": [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e-300, 0.25, 0.84375, -0.84374999,
              1.25, -1.25, 2.857142857142857, 6.0, -6.0, 26.0, 28.0, -28.0, 1e300],
+    "gammaln": [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, -1e-300, 1.0, 2.0, -1.0,
+                -2.5, 0.5, 8.0, 1e300, -1e300],
+    "digamma": [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, -1e-300, 1.0, 2.0, -1.0, -2.5, 0.5,
+                10.0, 1e300, -1e300],
     "arctan": [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-300, 0.66, 0.6600000001,
                2.414213562373095, 2.4142135623730954, 1.0, -1.0, 1e300, -1e300],
 }  # fmt: skip

@@ -232,6 +232,9 @@ def _spd(a):
     return a @ np.swapaxes(a, -1, -2) + 3.0 * np.eye(a.shape[-1])
 
 
+KS = np.array([0.0, 1.0, 3.0, 7.0])
+XS = np.array([0.5, 1.5, 2.5, 4.0])
+
 try:
     import scipy.special as sc
 except ImportError:  # scipy is optional
@@ -245,6 +248,10 @@ SPECIAL = [] if sc is None else [
     ("xlog1py", lambda a, b: wsum(sc.xlog1py(a, b)), [(4,), (4,)], POS),
     ("erf", lambda a: wsum(sc.erf(a * 2.0)), [(6,)], ANY),
     ("erfc", lambda a: wsum(sc.erfc(a * 3.0) + sc.erfc(-a)), [(6,)], ANY),
+    ("gammaln", lambda a: wsum(sc.gammaln(a * 3.0)) + wsum(sc.gammaln(a - 3.0)), [(6,)], (0.1, 2.9)),
+    ("digamma", lambda a: wsum(sc.digamma(a * 3.0) + sc.psi(a + 5.0)) + wsum(sc.digamma(-a)), [(6,)], (0.1, 0.9)),
+    ("poisson_loglik", lambda lam: np.sum(KS * np.log(lam) - lam - sc.gammaln(KS + 1.0)), [(4,)], POS),
+    ("gamma_logpdf", lambda a: np.sum((a - 1.0) * np.log(XS) - XS - sc.gammaln(a)), [(4,)], POS),
 ]  # fmt: skip
 
 

@@ -32,7 +32,8 @@ def _domain(op: str) -> list[tuple[float, float]] | tuple[float, float]:
     branch of trunc(x / y): x / y in (2.2, 2.6)); a list gives one range per argument."""
     if op == "fmod":
         return [(2.55, 2.65), (1.05, 1.15)]
-    return (0.5, 1.5) if op in ("log", "sqrt", "pow", "log1p", "div") else (-1.5, 1.5)
+    positive = ("log", "sqrt", "pow", "log1p", "div", "gammaln", "digamma")  # poles at 0, -1, ...
+    return (0.5, 1.5) if op in positive else (-1.5, 1.5)
 
 
 #: Ops with kinks (ties); their inputs are kept apart so central differences are valid.
