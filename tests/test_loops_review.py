@@ -373,6 +373,7 @@ def test_while_loop_trip_count_changes_with_input_both_sides():
         fd_check(f, (y,), 0, grad)
 
 
+@pytest.mark.filterwarnings("ignore::tapejit.MaxStepsWarning")  # limit 1e9: runs out on purpose
 def test_while_loop_zero_iterations_exactly_max_steps_and_max_steps_one():
     def mk(ms, limit):
         def f(x):
