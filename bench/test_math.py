@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.special as sc
 from benchutil import assert_close, tag
 
 import tapejit as tj
@@ -34,6 +35,9 @@ FUNCS = {
     "tanh":  (np.tanh,               np.tanh,               lambda x: 1 - np.tanh(x) ** 2,    (-5, 5)),
     "sqrt":  (np.sqrt,               np.sqrt,               lambda x: 0.5 / np.sqrt(x),       (0.1, 10)),
     "arctan": (np.arctan,            np.arctan,             lambda x: 1 / (1 + x * x),        (-10, 10)),
+    # scipy.special's ufuncs (the "numpy" column is scipy's routine, also value only)
+    "erf":   (sc.erf,                sc.erf,                lambda x: 2 / np.sqrt(np.pi) * np.exp(-x * x), (-3, 3)),
+    "gammaln": (sc.gammaln,          sc.gammaln,            sc.psi,                           (0.5, 20)),
     "arctan2": (lambda x: np.arctan2(x, 0.7), lambda x, out: np.arctan2(x, 0.7, out=out),
               lambda x: 0.7 / (0.49 + x * x),                                                 (-10, 10)),
     "pow":   (lambda x: x**2.5,      lambda x, out: np.power(x, 2.5, out=out),
