@@ -252,3 +252,19 @@ def _logsumexp(a, axis=0, dtype=None, out=None, keepdims=False, **kw):
     safe = _where(abs(m) < np.inf, m, 0.0)
     r = np.log(_reduce("reduce_sum", np.exp(a - safe), axis, True)) + safe
     return r if keepdims else _squeeze(r, range(a.ndim) if axis is None else axis)
+
+
+def _trapezoid(y, x=None, dx=1.0, axis=-1):
+    """``np.trapezoid``: sum of (y[i+1] + y[i]) / 2 * dx_i along ``axis``."""
+    y = _t(y)
+    axis = _axis(axis, y.ndim)
+    hi = tuple(slice(1, None) if i == axis else slice(None) for i in range(y.ndim))
+    lo = tuple(slice(None, -1) if i == axis else slice(None) for i in range(y.ndim))
+    if x is None:
+        d = dx
+    else:
+        x = _t(x)
+        d = x[1:] - x[:-1] if x.ndim == 1 else x[hi] - x[lo]
+        if x.ndim == 1 and y.ndim > 1:
+            d = _reshape(d, tuple(-1 if i == axis else 1 for i in range(y.ndim)))
+    return _reduce("reduce_sum", (y[hi] + y[lo]) * d * 0.5, (axis,))

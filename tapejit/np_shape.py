@@ -522,3 +522,23 @@ def _take_along_axis(arr, indices, axis):
     grids = np.ogrid[tuple(slice(0, d) for d in shape)]
     key = tuple(idx if i == axis else grids[i] for i in range(arr.ndim))
     return advanced_getitem(arr, key)
+
+
+def _meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
+    """``np.meshgrid``: each 1-D input reshaped along its own axis and broadcast (``xy``: the
+    first two axes swapped, as numpy)."""
+    if indexing not in ("xy", "ij"):
+        raise _fail("numpy.meshgrid: indexing must be 'xy' or 'ij'")
+    vs = [_reshape(_t(x), (-1,)) for x in xi]
+    n = len(vs)
+    shape = [v.shape[0] for v in vs]
+    if indexing == "xy" and n > 1:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for k, v in enumerate(vs):
+        axis = k
+        if indexing == "xy" and n > 1 and k < 2:
+            axis = 1 - k
+        r = _reshape(v, tuple(v.shape[0] if i == axis else 1 for i in range(n)))
+        out.append(r if sparse else _broadcast_to(r, tuple(shape)))
+    return out

@@ -93,9 +93,10 @@ from .np_reduce import (
     _sort,
     _std,
     _sum,
+    _trapezoid,
     _var,
 )
-from .np_shape import (  # noqa: F401  (the tracer's)
+from .np_shape import (
     _append,
     _atleast,
     _broadcast_to,
@@ -107,6 +108,7 @@ from .np_shape import (  # noqa: F401  (the tracer's)
     _expand_dims,
     _flip,
     _hstack,
+    _meshgrid,
     _moveaxis,
     _pad,
     _repeat,
@@ -125,10 +127,12 @@ from .np_shape import (  # noqa: F401  (the tracer's)
     _tril,
     _triu,
     _vstack,
-    advanced_getitem,
-    advanced_setitem,
-    is_basic_key,
 )
+
+# the tracer's index hooks (tapejit/tracing.py looks them up here)
+from .np_shape import advanced_getitem as advanced_getitem
+from .np_shape import advanced_setitem as advanced_setitem
+from .np_shape import is_basic_key as is_basic_key
 from .tracing import Tracer, _binary, _copy, _power, _reshape, _transpose, _unary, lift
 
 UFUNCS: dict[str, Callable[..., Tracer]] = {
@@ -256,6 +260,9 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.broadcast_to: _broadcast_to,
     np.atleast_1d: _atleast(1),
     np.atleast_2d: _atleast(2),
+    np.atleast_3d: _atleast(3),
+    np.meshgrid: _meshgrid,
+    np.trapezoid: _trapezoid,
     np.flip: _flip,
     np.flipud: lambda m: _flip(m, 0),
     np.fliplr: lambda m: _flip(m, 1),

@@ -207,7 +207,39 @@ def eigvalsh(a, UPLO="L"):
     return eigh(a, UPLO)[0]
 
 
+def matrix_power(a, n):
+    """``np.linalg.matrix_power``: repeated squaring; a negative ``n`` inverts first."""
+    a = _square(a, "matrix_power")
+    n = int(n)
+    if n < 0:
+        a, n = inv(a), -n
+    result, base = None, a
+    while n:
+        if n & 1:
+            result = base if result is None else result @ base
+        n >>= 1
+        if n:
+            base = base @ base
+    if result is None:
+        eye = np.broadcast_to(np.eye(a.shape[-1]), a.shape)
+        return _t(np.ascontiguousarray(eye)) + a * 0.0
+    return result
+
+
+def multi_dot(arrays, *, out=None):
+    """``np.linalg.multi_dot``, left to right (numpy picks the cheapest order; the products
+    agree up to rounding)."""
+    if out is not None:
+        raise _fail("numpy.linalg.multi_dot with out= is not supported by tapejit")
+    r = _t(arrays[0])
+    for m in arrays[1:]:
+        r = r @ m
+    return r
+
+
 FUNCTIONS = {
+    np.linalg.matrix_power: matrix_power,
+    np.linalg.multi_dot: multi_dot,
     np.linalg.eigh: eigh,
     np.linalg.eigvalsh: eigvalsh,
     np.linalg.solve: solve,

@@ -146,6 +146,9 @@ CASES = [
     ("median", lambda a: np.median(a) + wsum(np.median(a, axis=1)), [(3, 4)], ANY),
     ("median_odd", lambda a: np.median(a) * wsum(np.median(a, axis=0, keepdims=True)), [(5, 2)], ANY),
     ("ndarray_sort_in_place", lambda a: wsum(_sorted_copy(a)), [(5,)], ANY),
+    ("atleast_3d", lambda a, b: wsum(np.atleast_3d(a) * 2.0) + wsum(np.atleast_3d(b)), [(3,), (2, 2)], ANY),
+    ("meshgrid", lambda a, b: sum(wsum(g * (k + 1.0)) for k, g in enumerate(np.meshgrid(a, b))) + wsum(np.meshgrid(a, b, indexing="ij")[1]), [(3,), (2,)], ANY),
+    ("trapezoid", lambda y, x: np.trapezoid(y, x) + np.trapezoid(y * y, dx=0.5) + wsum(np.trapezoid(np.outer(y, x), axis=0)), [(5,), (5,)], ANY),
     ("rot90", lambda a: wsum(np.rot90(a)) + wsum(np.rot90(a, 2)) + wsum(np.rot90(a, -1, axes=(1, 0))), [(2, 3)], ANY),
     ("vsplit_hsplit_dsplit", lambda a: sum(wsum(p) * (k + 1) for k, p in enumerate(np.vsplit(a, 2) + np.hsplit(a, [1]) + np.dsplit(a, 2))), [(2, 2, 2)], ANY),
     ("dstack", lambda a, b: wsum(np.dstack([a, b])), [(2, 3), (2, 3)], ANY),
@@ -276,6 +279,9 @@ LINALG = [
     ("eigh_invariant", lambda a: wsum(_eig_fn(_sym(a))), [(3, 3)], ANY),
     ("eigh_batched", lambda a: wsum(np.linalg.eigh(_sym(a))[0]), [(2, 3, 3)], ANY),
     ("eigh_one_triangle", lambda a: wsum(np.linalg.eigvalsh(a)) + wsum(np.linalg.eigvalsh(a, UPLO="U") ** 2), [(3, 3)], ANY),
+    ("matrix_power", lambda a: wsum(np.linalg.matrix_power(a, 3)) + wsum(np.linalg.matrix_power(a, 0)), [(3, 3)], ANY),
+    ("matrix_power_neg", lambda a: wsum(np.linalg.matrix_power(_spd(a), -2)), [(3, 3)], ANY),
+    ("multi_dot", lambda a, b, c: wsum(np.linalg.multi_dot([a, b, c])), [(2, 3), (3, 4), (4,)], ANY),
     ("gaussian_logpdf", lambda a, x: -0.5 * x @ np.linalg.solve(_spd(a), x)
         - 0.5 * np.linalg.slogdet(_spd(a))[1], [(3, 3), (3,)], ANY),
 ]  # fmt: skip
