@@ -78,4 +78,30 @@ def optimise(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
     pto.slp_vectorization = small
     pto.loop_unrolling = small
     pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(module, pb)
+    mpm = pb.getModulePassManager()
+    try:
+        mpm.run(module, pb)
+    finally:
+        _close_module_pass_manager(mpm)
+        pb.close()
+        pto.close()
+
+
+def _close_module_pass_manager(mpm: llvm.ModulePassManager) -> None:
+    """Free a module pass manager and the passes it owns.
+
+    llvmlite 0.50's ``ModulePassManager.close()`` frees nothing: the class derives from
+    ``ffi.ObjectRef`` before ``NewPassManager``, so ``ObjectRef._dispose`` (a no-op) shadows the
+    one that deletes the C++ object. Every pipeline then leaked its passes with the state they
+    keep between functions (GVN's value table, Reassociate's pair map, GlobalDCE's maps ...):
+    ~105 KB per compile of a small function (docs/runtime.md). Delete it directly while that MRO
+    is in place; a fixed llvmlite's own ``close()`` is used as is.
+    """
+    from llvmlite.binding import ffi
+
+    dispose = getattr(ffi.lib, "LLVMPY_DisposeNewModulePassManger", None)
+    if type(mpm)._dispose is ffi.ObjectRef._dispose and dispose is not None and not mpm.closed:
+        dispose(mpm)
+        mpm.detach()
+    else:
+        mpm.close()
