@@ -444,9 +444,7 @@ class GradientFunction(functools.partial):
         r = self._try_variants(args, out, tried)
         if r is not None:
             return r
-        if self._lock_pid != os.getpid():  # a forked child: the parent's threads are gone
-            self._compile_lock, self._lock_pid = threading.Lock(), os.getpid()
-        with self._compile_lock:
+        with self._compiling():
             r = self._try_variants(args, out, tried)  # compiled by another thread meanwhile?
             if r is not None:
                 return r
@@ -467,7 +465,7 @@ class GradientFunction(functools.partial):
             r = v._call(args, out, dispatch=False)
             if r is not None:
                 return r
-        with self._compile_lock:
+        with self._compiling():
             v = self._variant(args, _lenient=True)
             self._lenient_variants.insert(0, v)
             del self._lenient_variants[self.max_specialisations :]
@@ -475,6 +473,13 @@ class GradientFunction(functools.partial):
         if r is None:
             raise RuntimeError(f"{self.name}: a variant traced for this input failed its own guard")
         return r
+
+    def _compiling(self) -> threading.Lock:
+        """The lock held while retracing and compiling. A forked child makes a fresh one: the
+        parent's may be held by a thread that does not exist in the child."""
+        if self._lock_pid != os.getpid():
+            self._compile_lock, self._lock_pid = threading.Lock(), os.getpid()
+        return self._compile_lock
 
     def _try_variants(self, args: tuple, out: Any, tried: set[int]):
         """The result of the first compiled variant not in ``tried`` whose guards hold (it is

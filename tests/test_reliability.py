@@ -207,6 +207,49 @@ def test_fork_while_another_thread_compiles_does_not_hang(tmp_path):
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
 
 
+GUARD_FORK_SCRIPT = r"""
+import os, threading, time
+import numpy as np
+import tapejit as tj
+
+def f(x):
+    return np.sum(x * x) if x[0] > 0 else np.sum(np.exp(x))
+
+g = tj.compile(f, np.ones(3), cache=False)
+held, done = threading.Event(), threading.Event()
+
+def compiling():  # stands for a thread compiling a guard failure's variant at fork time
+    with g._owner._compile_lock:
+        held.set()
+        done.wait()
+
+threading.Thread(target=compiling, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    x = -np.ones(3)
+    os._exit(0 if np.allclose(g(x), np.exp(x)) else 3)
+_, status = os.waitpid(pid, 0)
+done.set()
+print("ok" if status == 0 else f"child status {status}")
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_compiles_guard_variants_while_the_parent_holds_the_lock(tmp_path):
+    import subprocess
+    import sys
+
+    from codegen import jit
+
+    assert jit._llvm_lock() is not None  # else fork safety is silently off: see codegen/jit.py
+    script = tmp_path / "guard_fork.py"
+    script.write_text(GUARD_FORK_SCRIPT)
+    cmd = [sys.executable, "-W", "ignore", str(script)]
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
+
+
 def test_collected_gradients_free_their_engines():
     """Gradients die when dropped (no reference cycle kept alive, no global registry), and the
     process grows by at most a bounded amount per compile (LLVM keeps ~110 KB; docs/runtime.md)."""
