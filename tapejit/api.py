@@ -253,6 +253,19 @@ class GuardWarning(RuntimeWarning):
     """A gradient keeps recompiling because its guards keep failing."""
 
 
+@dataclass(frozen=True)
+class _Specialisation:
+    """What sets a variant apart from a fresh :func:`compile` (private to the dispatcher):
+    the gradient that dispatches to it, the rows its dynamic-length arguments have room for,
+    guard outcomes the trace must follow (native code decided them differently than numpy,
+    see :func:`tracing.trace`), and whether ``while_loop`` max_steps checks are left out."""
+
+    owner: GradientFunction | None = None
+    capacity: dict[int, int] | None = None
+    forced: dict[int, bool] | None = None
+    lenient: bool = False
+
+
 def _dims(shape: tuple[int, ...]) -> str:
     return ", ".join(map(str, shape)) if shape else ""
 
@@ -300,12 +313,8 @@ class GradientFunction(functools.partial):
         cache: bool | str | os.PathLike | ObjectCache = True,
         on_guard_failure: str = "recompile",
         max_specialisations: int = 8,
-        _owner: "GradientFunction | None" = None,
         dynamic_argnums: int | Sequence[int] = (),
-        _capacity: dict[int, int] | None = None,
-        _forced: dict[int, bool] | None = None,
         on_max_steps: str = "warn",
-        _lenient: bool = False,
     ):
         if not callable(f):
             raise TypeError(f"compile() needs a callable, got {type(f).__name__}")
@@ -321,22 +330,49 @@ class GradientFunction(functools.partial):
             raise ValueError(
                 f"max_specialisations must be an int >= 1, got {max_specialisations!r}"
             )
+        self._setup(
+            f,
+            example_args,
+            argnums,
+            cache,
+            on_guard_failure,
+            max_specialisations,
+            dynamic_argnums,
+            on_max_steps,
+            _Specialisation(),
+        )
+
+    def _setup(
+        self,
+        f: Callable,
+        example_args: Sequence[Any],
+        argnums: int | Sequence[int],
+        cache: bool | str | os.PathLike | ObjectCache,
+        on_guard_failure: str,
+        max_specialisations: int,
+        dynamic_argnums: int | Sequence[int],
+        on_max_steps: str,
+        spec: _Specialisation,
+    ) -> None:
+        """Trace ``f`` at ``example_args`` and compile it (the constructor's work; variants
+        come here directly, with their :class:`_Specialisation`)."""
         nums = _normalise_argnums(argnums, len(example_args))
         dyn = _normalise_dynamic(dynamic_argnums, nums, example_args)
+        capacity = spec.capacity or {}
         self._dynamic = {
-            i: (_capacity or {}).get(i) or _capacity_for(np.shape(example_args[i])[0]) for i in dyn
+            i: capacity.get(i) or _capacity_for(np.shape(example_args[i])[0]) for i in dyn
         }
         self._dynamic_spec = dynamic_argnums
         with _cyclic_gc_paused():
             t0 = time.perf_counter()
             trace = tracing.trace(
-                f, example_args, nums, self._dynamic, _forced, check_max_steps=not _lenient
+                f, example_args, nums, self._dynamic, spec.forced, check_max_steps=not spec.lenient
             )
             self._argnums_spec = argnums
             self._order = nums  # gradients come back in argnums order, as given
             self._cache_spec = cache
-            self._init_dispatch(_owner, on_guard_failure, max_specialisations)
-            if _owner is None:
+            self._init_dispatch(spec.owner, on_guard_failure, max_specialisations)
+            if spec.owner is None:
                 self.on_max_steps = on_max_steps
                 self._lenient_variants: list[GradientFunction] = []
             self._build(
@@ -362,17 +398,22 @@ class GradientFunction(functools.partial):
         self._promote(v)
         return v._call(args, out)
 
-    def _variant(self, args: tuple, **private: Any) -> "GradientFunction":
-        """``f`` traced and compiled for ``args`` with this gradient's settings."""
-        return GradientFunction(
+    def _variant(self, args: tuple, **spec: Any) -> "GradientFunction":
+        """``f`` traced and compiled for ``args`` with this gradient's settings, as a variant it
+        dispatches to (``spec``: the other fields of :class:`_Specialisation`)."""
+        v = GradientFunction.__new__(GradientFunction)
+        v._setup(
             self.fn,
             args,
             self._argnums_spec,
             self._cache_spec,
-            _owner=self,
-            dynamic_argnums=self._dynamic_spec,
-            **private,
+            self.on_guard_failure,
+            self.max_specialisations,
+            self._dynamic_spec,
+            self.on_max_steps,
+            _Specialisation(owner=self, **spec),
         )
+        return v
 
     def _new_variant(
         self,
@@ -383,7 +424,7 @@ class GradientFunction(functools.partial):
         """Trace and compile ``f`` for ``args`` as a new specialisation (most recent first; the
         least recently used beyond ``max_specialisations`` is dropped). ``forced``: guard
         outcomes the trace follows instead of the example's (see :func:`tracing.trace`)."""
-        v = self._variant(args, _capacity=capacity, _forced=forced)
+        v = self._variant(args, capacity=capacity, forced=forced)
         self._compiles += 1
         self._variants.insert(0, v)
         del self._variants[self.max_specialisations :]
@@ -466,7 +507,7 @@ class GradientFunction(functools.partial):
             if r is not None:
                 return r
         with self._compiling():
-            v = self._variant(args, _lenient=True)
+            v = self._variant(args, lenient=True)
             self._lenient_variants.insert(0, v)
             del self._lenient_variants[self.max_specialisations :]
         r = v._call(args, out, dispatch=False)
