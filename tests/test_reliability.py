@@ -252,7 +252,7 @@ def test_a_forked_child_compiles_guard_variants_while_the_parent_holds_the_lock(
 
 def test_collected_gradients_free_their_engines():
     """Gradients die when dropped (no reference cycle kept alive, no global registry), and the
-    process grows by at most a bounded amount per compile (LLVM keeps ~110 KB; docs/runtime.md)."""
+    process grows by a bounded amount per compile (~5 KB once the heap is warm; docs/runtime.md)."""
     import gc
     import os
     import weakref
