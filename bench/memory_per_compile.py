@@ -13,7 +13,7 @@ import llvmlite.binding as llvm
 import numpy as np
 
 import tapejit as tj
-from codegen import target
+from tapejit.codegen import target
 
 
 def rss() -> int:

@@ -24,12 +24,12 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from codegen import entry as _entry  # api.py is the one front-end module that binds codegen
-from codegen import batch as _batch
-from codegen import fastcall as _fastcall
-from codegen.cache import ObjectCache, cache_key
-from codegen.jit import CodeLibrary
-from codegen.lower import counters_symbol, lower
+from tapejit.codegen import entry as _entry  # api.py is the one front-end module that binds codegen
+from tapejit.codegen import batch as _batch
+from tapejit.codegen import fastcall as _fastcall
+from tapejit.codegen.cache import ObjectCache, cache_key
+from tapejit.codegen.jit import CodeLibrary
+from tapejit.codegen.lower import counters_symbol, lower
 
 from . import autodiff, passes, tracing
 from .ir import Graph, Program, digest

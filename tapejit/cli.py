@@ -90,7 +90,7 @@ def primitives_markdown() -> str:
     """The table of primitives: each op's group, the numpy names it answers to, whether it has
     a reverse-mode rule, and the accuracy its math row guarantees (README keeps a copy that
     ``tests/test_docs.py`` checks; ``tapejit ops`` prints it)."""
-    from codegen import mathlib
+    from tapejit.codegen import mathlib
     from tapejit import ops
 
     rows = ["| op | group | numpy names | reverse mode | accuracy |", "|---|---|---|---|---|"]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from codegen import entry
+from tapejit.codegen import entry
 
 RNG = np.random.default_rng(11)
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from codegen.cache import MAGIC, ObjectCache, cache_key
+from tapejit.codegen.cache import MAGIC, ObjectCache, cache_key
 
 RNG = np.random.default_rng(3)
 

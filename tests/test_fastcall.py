@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from codegen import fastcall
+from tapejit.codegen import fastcall
 
 RNG = np.random.default_rng(7)
 

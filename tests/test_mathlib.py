@@ -27,7 +27,7 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from codegen import mathlib, target
+from tapejit.codegen import mathlib, target
 
 F64 = ir.DoubleType()
 I64 = ir.IntType(64)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from codegen.lower import CHUNK_NODES
+from tapejit.codegen.lower import CHUNK_NODES
 from tapejit import autodiff, interpret, ops, passes, tracing
 from tapejit.ir import Graph, Node, Type, digest
 from tapejit.passes import cleanup
@@ -647,11 +647,11 @@ def test_chunk_boundaries_everywhere(monkeypatch, k):
     store, reload, tail call, guard status through the chain); values, gradients and batches
     must not change. (Within rounding, not bit for bit: a reduction's ``reassoc`` lets LLVM
     order its sum differently when the code around it differs.)"""
-    import codegen.lower
+    import tapejit.codegen.lower
 
     f, x = _tiny_chunk_models()[k]
     plain = tj.compile(f, x, cache=False)
-    monkeypatch.setattr(codegen.lower, "CHUNK_NODES", 3)
+    monkeypatch.setattr(tapejit.codegen.lower, "CHUNK_NODES", 3)
     chunked = tj.compile(f, x, cache=False, on_guard_failure="raise")
     assert chunked.ir("llvm").count(f'@"tj_{chunked.name}.c') >= 2
     v0, g0 = plain.value_and_grad(x)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tapejit import numpy_api, ops  # isort: skip  (first: codegen imports tapejit)
-from codegen import lower, mathlib  # isort: skip
+from tapejit.codegen import lower, mathlib  # isort: skip
 
 OPS = sorted(ops.OPS)
 

@@ -240,7 +240,7 @@ def test_a_forked_child_compiles_guard_variants_while_the_parent_holds_the_lock(
     import subprocess
     import sys
 
-    from codegen import jit
+    from tapejit.codegen import jit
 
     assert jit._llvm_lock() is not None  # else fork safety is silently off: see codegen/jit.py
     script = tmp_path / "guard_fork.py"
@@ -307,7 +307,7 @@ def test_the_optimisation_pipeline_frees_its_passes():
 
     import llvmlite.binding as llvm
 
-    from codegen import target
+    from tapejit.codegen import target
 
     if _malloc_in_use() is None:
         pytest.skip("needs glibc's mallinfo2")

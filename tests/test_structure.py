@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import gc
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,17 @@ import tapejit as tj
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _module_name(path: Path) -> list[str]:
+    """The installed module name's parts: ``codegen/`` installs as ``tapejit.codegen``."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "codegen":
+        parts = ["tapejit", *parts]
+    return parts
+
+
 def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, as absolute names; ``from P import a`` counts as ``P`` and
+    ``P.a`` (``a`` may be a module: ``from tapejit import autodiff``)."""
     tree = ast.parse(path.read_text())
     names = set()
     for node in ast.walk(tree):
@@ -23,31 +34,54 @@ def _imports(path: Path) -> set[str]:
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative import: resolve against the file's package
-                pkg = list(path.relative_to(ROOT).parent.parts)
+                pkg = _module_name(path)[:-1]
                 pkg = pkg[: len(pkg) - (node.level - 1)]
                 base = ".".join(pkg + ([node.module] if node.module else []))
-                names.add(base)
-                names.update(f"{base}.{a.name}" for a in node.names if not node.module)
             else:
-                names.add(node.module or "")
+                base = node.module or ""
+            names.add(base)
+            names.update(f"{base}.{a.name}" for a in node.names if a.name != "*")
     return names
+
+
+#: Front-end modules codegen may import (and their names, e.g. ``from tapejit.ir import Node``).
+CODEGEN_SEES = ("tapejit.ir", "tapejit.ops", "tapejit.codegen")
 
 
 def test_codegen_sees_only_ir_and_ops():
     for path in (ROOT / "codegen").glob("*.py"):
         for name in _imports(path):
-            if name.startswith("tapejit"):
-                assert name in ("tapejit.ir", "tapejit.ops", "tapejit"), (
-                    f"{path.name} imports {name}"
-                )
+            if name.startswith("tapejit") and name != "tapejit":
+                assert name.startswith(CODEGEN_SEES), f"codegen/{path.name} imports {name}"
 
 
-def test_front_end_binds_codegen_only_in_api_and_cli():
-    allowed = {"api.py", "cli.py"}
+def test_the_layering_check_sees_every_import_form(tmp_path, monkeypatch):
+    """``from tapejit import autodiff`` and ``from .. import passes`` in codegen are caught."""
+    fake = ROOT / "codegen" / "batch.py"
+    for line in ("from tapejit import autodiff, passes", "from .. import passes"):
+        src = tmp_path / "codegen" / "batch.py"
+        src.parent.mkdir(exist_ok=True)
+        src.write_text(fake.read_text() + "\n" + line + "\n")
+        monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+        bad = {n for n in _imports(src) if n.startswith("tapejit") and n != "tapejit"}
+        assert any(not n.startswith(CODEGEN_SEES) for n in bad), line
+        monkeypatch.undo()
+
+
+#: The runtime layer: the only front-end modules that bind the back end.
+RUNTIME = {"api.py", "cli.py", "pipeline.py"}
+
+
+def test_front_end_binds_codegen_only_in_the_runtime_layer():
     for path in (ROOT / "tapejit").rglob("*.py"):
-        uses = [n for n in _imports(path) if n.startswith("codegen") or n.startswith("llvmlite")]
-        if path.name not in allowed:
-            assert not uses, f"{path.relative_to(ROOT)} imports {uses}"
+        rel = path.relative_to(ROOT / "tapejit")
+        uses = [
+            n
+            for n in _imports(path)
+            if n.startswith(("codegen", "tapejit.codegen", "llvmlite"))
+        ]
+        if path.name not in RUNTIME and rel.parts[0] != "runtime":
+            assert not uses, f"tapejit/{rel} imports {uses}"
 
 
 def test_ir_imports_no_rules():
@@ -113,7 +147,7 @@ def test_gradient_function_keeps_its_engine_alive():
 
 
 def test_full_width_vectors_on_avx512_hosts():
-    from codegen import target
+    from tapejit.codegen import target
 
     _, _, features = target.host()
     flags = features.split(",")
@@ -143,3 +177,22 @@ def test_compiling_restores_the_cyclic_collector():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_install_adds_exactly_one_top_level_name(tmp_path):
+    """``pip install .`` puts only ``tapejit`` into site-packages: the top-level ``codegen/``
+    folder installs as ``tapejit.codegen`` (an unrelated PyPI project is named ``codegen``)."""
+    import subprocess
+    import zipfile
+
+    r = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+    )
+    if r.returncode:
+        pytest.skip(f"cannot build a wheel here: {r.stderr.strip()[-300:]}")
+    (wheel,) = tmp_path.glob("tapejit-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {n.split("/")[0] for n in names} == {"tapejit", wheel.name.split("-py")[0] + ".dist-info"}
+    assert "tapejit/codegen/lower.py" in names and "tapejit/codegen/__init__.py" in names
