@@ -10,7 +10,7 @@ File format: ``MAGIC``, the SHA-256 of the payload (32 bytes), then the payload:
 hex digits, a 4-byte count of *parts*, and each part as a 2-byte name length, the name, an
 8-byte length and that many bytes (all little-endian). A part is whatever the caller stores
 under a name (tapejit stores the object code, the compressed LLVM IR and a JSON description of
-the compiled function). :meth:`ObjectCache.load` returns ``None`` — a miss, and the next store
+the compiled function: :func:`encode_entry` / :func:`decode_entry`). :meth:`ObjectCache.load` returns ``None`` — a miss, and the next store
 replaces the file — for a missing, truncated, garbled or foreign entry (wrong magic, checksum,
 key or framing), never loading it blindly. :meth:`ObjectCache.store` writes a temporary file in
 the same directory and renames it over the entry (atomic on POSIX and Windows), so processes
@@ -20,13 +20,19 @@ compiling the same function at once each write a whole entry and readers never s
 from __future__ import annotations
 
 import hashlib
+import io
+import json
 import os
 import struct
 import tempfile
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 import llvmlite
 import llvmlite.binding as llvm
+import numpy as np
 
 from . import target
 
@@ -133,3 +139,78 @@ class ObjectCache:
                 removed += not p.name.startswith(".")
                 p.unlink(missing_ok=True)
         return removed
+
+
+# -- the entry of one compiled function ------------------------------------------------------
+
+
+@dataclass
+class Entry:
+    """A compiled function as a cache entry holds it: ``meta`` (a JSON-able description the
+    caller chose), the object code, the LLVM IR before and after optimisation (zlib-compressed
+    UTF-8; :func:`text` decompresses) and the constant arrays the code takes."""
+
+    meta: dict[str, Any]
+    object: bytes
+    llvm: bytes
+    llvm_opt: bytes
+    consts: list[np.ndarray]
+
+
+def text(compressed: bytes | str) -> str:
+    """The text of a compressed LLVM IR part (a ``str`` is returned as it is)."""
+    return compressed if isinstance(compressed, str) else zlib.decompress(compressed).decode()
+
+
+def encode_entry(
+    meta: dict[str, Any],
+    obj: bytes,
+    llvm_text: str,
+    llvm_opt_text: str,
+    consts: list[np.ndarray],
+    captured: Mapping[int, np.ndarray],
+) -> dict[str, bytes]:
+    """The parts of a cache entry. A constant that *is* one of the ``captured`` arrays (the
+    arrays the traced function closed over, which the key already covers) is stored as its
+    index there; only constants made by the compiler are stored as ``.npy`` data."""
+
+    def where(a: np.ndarray) -> tuple:
+        return a.__array_interface__["data"][0], a.shape, a.dtype.str
+
+    index = {where(np.asarray(a)): i for i, a in captured.items()}
+    refs, parts = [], {}
+    for k, c in enumerate(consts):
+        i = index.get(where(c))
+        if i is None:
+            buf = io.BytesIO()
+            np.save(buf, c, allow_pickle=False)
+            parts[f"const{k}"] = buf.getvalue()
+            refs.append(["data", k])
+        else:
+            refs.append(["trace", i])
+    parts["object"] = obj
+    # level 1: a third of level 6's time (4 vs 12 ms for 1.3 MB of LLVM IR), 1.5x the size
+    parts["llvm"] = zlib.compress(llvm_text.encode(), 1)
+    parts["llvm-opt"] = zlib.compress(llvm_opt_text.encode(), 1)
+    parts["meta"] = json.dumps({**meta, "consts": refs}).encode()
+    return parts
+
+
+def decode_entry(
+    parts: dict[str, bytes] | None, captured: Mapping[int, np.ndarray]
+) -> Entry | None:
+    """The :class:`Entry` of ``parts`` (see :func:`encode_entry`), or ``None`` when there is
+    none or it does not decode (the caller then compiles and replaces it)."""
+    if parts is None:
+        return None
+    try:
+        meta = json.loads(parts["meta"])
+        consts = []
+        for kind, i in meta.pop("consts"):
+            if kind == "trace":
+                consts.append(np.ascontiguousarray(captured[i]))
+            else:
+                consts.append(np.load(io.BytesIO(parts[f"const{i}"]), allow_pickle=False))
+        return Entry(meta, parts["object"], parts["llvm"], parts["llvm-opt"], consts)
+    except (KeyError, ValueError, TypeError, IndexError, OSError, AttributeError):
+        return None

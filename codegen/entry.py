@@ -26,11 +26,6 @@ def bind(address: int, n_inputs: int, n_outputs: int):
     return ffi.cast(signature(n_inputs, n_outputs), address)
 
 
-def pointer(array) -> "cffi.FFI.CData":
-    """A cffi pointer to the data of a C-contiguous numpy array (no copy)."""
-    return ffi.from_buffer(array, require_writable=False)
-
-
 def bind_batch(address: int, n_pointers: int):
     """A cffi callable for a batched entry (:mod:`codegen.batch`): ``n_pointers`` pointers, then
     the row range ``begin, end`` as int64."""

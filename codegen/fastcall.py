@@ -288,10 +288,6 @@ def make_builtin(address: int, slow: Callable, name: str, keepalive: list[Any]) 
     return _new_cfunction(ctypes.addressof(mdef), slow, None)
 
 
-def arrays_addresses(arrays: Sequence[np.ndarray]) -> tuple[int, ...]:
-    return tuple(a.ctypes.data for a in arrays)
-
-
 _TP_FLAGS_OFFSET = 168  # offsetof(PyTypeObject, tp_flags) on 64-bit CPython 3.8-3.13
 _HAVE_VECTORCALL = 1 << 11
 

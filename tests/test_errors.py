@@ -258,7 +258,7 @@ def test_out_layout_error_says_which_requirement_failed(g, bad_out, given):
 def test_out_becoming_invalid_after_a_good_call_is_caught(g):
     """The runtime caches the last call's pointers: an out (or argument) changed in place since
     must not slip through that cache, on the fast path or the Python path."""
-    for call in (g, g._slow_call):
+    for call in (g, g._dispatcher.current):
         x, o = RNG.random(N), np.empty(N)
         call(x, out=o)
         call(x, out=o)

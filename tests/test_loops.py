@@ -129,7 +129,7 @@ def test_checkpointed_body_gives_the_same_gradient_with_a_smaller_stack():
 
     # the stored per-iteration state: only the carries when checkpointed
     def stored(g):
-        (loop,) = [n for n in g._stages["trace"].nodes if n.op == "loop"]
+        (loop,) = [n for n in g._primary.stages()["trace"].nodes if n.op == "loop"]
         return loop.attrs[0].vjp.n_residuals, loop.type.size
 
     (ra, sa), (rb, sb) = stored(a), stored(b)
@@ -234,7 +234,7 @@ def test_scalar_carry_and_a_loop_with_no_active_input():
 def test_interpreter_agrees_with_native_on_the_joint_graph():
     p = rnn_params(2)
     g = tj.compile(rnn_loss, p, cache=False)
-    ref = interpret.evaluate(g._stages["grad"], [p])
+    ref = interpret.evaluate(g._primary.stages()["grad"], [p])
     value, grad = g.value_and_grad(p)
     assert value == pytest.approx(float(ref[0]), rel=1e-12)
     np.testing.assert_allclose(grad, ref[1], rtol=1e-11)
@@ -299,7 +299,7 @@ def test_scan_over_lengths_10_100_1000_compiles_once():
         assert value == pytest.approx(rnn_dynamic_reference(p, xs), rel=1e-12)
         dirs, fd = central(lambda q: rnn_dynamic_reference(q, xs), p)
         np.testing.assert_allclose([grad @ d for d in dirs], fd, rtol=1e-6, atol=1e-7)
-    assert g._compiles == 1 and len(g.specialisations) == 1
+    assert g._dispatcher.compiles == 1 and len(g.specialisations) == 1
     assert g.loop_iterations == [1111, 1111]  # forward and backward ran 10+100+1000+1 steps
 
 
@@ -310,9 +310,9 @@ def test_a_longer_sequence_than_the_capacity_compiles_once_more():
     assert g(p, xs) @ np.ones_like(p) == pytest.approx(
         tj.compile(rnn_dynamic_reference, p, xs, cache=False)(p, xs) @ np.ones_like(p), rel=1e-10
     )
-    assert g._compiles == 2
+    assert g._dispatcher.compiles == 2
     g(p, xs[:50])  # served by a variant that fits, no compile
-    assert g._compiles == 2
+    assert g._dispatcher.compiles == 2
 
 
 def test_dynamic_length_misuse_is_a_clear_error():

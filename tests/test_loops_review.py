@@ -693,7 +693,7 @@ def test_dynamic_lengths_one_capacity_and_capacity_plus_one():
         val, grad = g.value_and_grad(p, xs)
         assert val == pytest.approx(dyn_reference(p, xs), rel=1e-11)
         fd_check(lambda q: dyn_reference(q, xs), (p,), 0, grad, rtol=1e-5, atol=1e-7)
-    assert g._compiles == 2
+    assert g._dispatcher.compiles == 2
 
 
 def test_two_dynamic_arguments_in_separate_scans_and_out_with_tuple_argnums():
@@ -729,7 +729,7 @@ def test_two_dynamic_arguments_in_separate_scans_and_out_with_tuple_argnums():
         assert res[0] is out[0] and res[1] is out[1]
         assert g.value_and_grad(p, q, xs, ys)[0] == pytest.approx(ref(p, q, xs, ys), rel=1e-12)
         fd_check(lambda a, b: ref(a, b, xs, ys), (p, q), (0, 1), out)
-    assert g._compiles == 1
+    assert g._dispatcher.compiles == 1
 
 
 def test_scanning_two_dynamic_arguments_together_is_refused_clearly():

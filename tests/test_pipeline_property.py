@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tapejit import autodiff, interpret, ops, passes
-from tapejit.api import GradientFunction
+from tapejit.runtime.variant import compile_graph
 from tapejit.ir import Graph, Node, Type
 
 c = ops.const
@@ -108,6 +108,6 @@ def test_pipeline_preserves_value_and_gradient(steps, n, seed):
 
 
 def _native(trace, args):
-    g = GradientFunction.from_graph(trace)
+    g = compile_graph(trace)
     value, grads = g.value_and_grad(*args)
     return [np.asarray(value), *grads]

@@ -65,7 +65,7 @@ def test_a_captured_array_with_a_zero_length_axis_has_a_cache_key(tmp_path):
     for empty in (np.zeros((0, 3)), np.zeros((2, 0, 3))):
         f = closing_over(empty)
         g = tj.compile(f, np.ones(3), cache=str(tmp_path))
-        captured = g._stages["trace"].bindings.values()
+        captured = g._primary.stages()["trace"].bindings.values()
         assert any(np.shape(a) == empty.shape for a in captured)
         np.testing.assert_allclose(g(np.ones(3)), 2 * np.ones(3))
         assert tj.compile(f, np.ones(3), cache=str(tmp_path)).stats["cache"] == "hit"
@@ -73,7 +73,7 @@ def test_a_captured_array_with_a_zero_length_axis_has_a_cache_key(tmp_path):
 
 def test_the_disk_cache_key_covers_the_compilers_sources(tmp_path, monkeypatch):
     """An entry written by a compiler with other sources (same version string) is not loaded."""
-    from tapejit import api
+    from tapejit import pipeline
 
     def f(x):
         return np.sum(np.exp(x))
@@ -82,7 +82,7 @@ def test_the_disk_cache_key_covers_the_compilers_sources(tmp_path, monkeypatch):
     tj.compile(f, x, cache=str(tmp_path))
     before = {p.name for p in tmp_path.rglob("*") if p.is_file()}
     assert tj.compile(f, x, cache=str(tmp_path)).stats["timings"].get("cache_load") is not None
-    monkeypatch.setattr(api, "_compiler_digest", lambda: "a-changed-compiler")
+    monkeypatch.setattr(pipeline, "compiler_digest", lambda: "a-changed-compiler")
     g = tj.compile(f, x, cache=str(tmp_path))
     assert "cache_load" not in g.stats["timings"]  # compiled, not loaded
     after = {p.name for p in tmp_path.rglob("*") if p.is_file()}
@@ -93,11 +93,11 @@ def test_the_disk_cache_key_covers_the_compilers_sources(tmp_path, monkeypatch):
 def test_the_compiler_digest_is_cheap_and_stable():
     import time
 
-    from tapejit import api
+    from tapejit import pipeline
 
     t0 = time.perf_counter()
-    d = api._compiler_digest()
-    assert time.perf_counter() - t0 < 0.05 and d == api._compiler_digest() and len(d) == 16
+    d = pipeline.compiler_digest()
+    assert time.perf_counter() - t0 < 0.05 and d == pipeline.compiler_digest() and len(d) == 16
 
 
 def test_a_guard_at_a_threshold_follows_the_native_decision():
@@ -130,9 +130,9 @@ def test_a_guard_at_a_threshold_follows_the_native_decision():
     assert value == pytest.approx(native, rel=1e-12)  # the else branch, as native code decides
     np.testing.assert_array_equal(grad, np.ones(1000))
     assert g.specialisations[0]["guards"][0]["outcome"] is False
-    compiles = g._owner._compiles
+    compiles = g._dispatcher.compiles
     np.testing.assert_array_equal(g(x0), np.ones(1000))  # no further compile
-    assert g._owner._compiles == compiles
+    assert g._dispatcher.compiles == compiles
 
 
 def test_concurrent_guard_failures_compile_each_specialisation_once():
@@ -162,7 +162,7 @@ def test_concurrent_guard_failures_compile_each_specialisation_once():
         t.join()
     assert not errors
     assert len(g.specialisations) == 2
-    assert g._owner._compiles == 2
+    assert g._dispatcher.compiles == 2
 
 
 FORK_SCRIPT = r"""
@@ -219,7 +219,7 @@ g = tj.compile(f, np.ones(3), cache=False)
 held, done = threading.Event(), threading.Event()
 
 def compiling():  # stands for a thread compiling a guard failure's variant at fork time
-    with g._owner._compile_lock:
+    with g._dispatcher._compiling():
         held.set()
         done.wait()
 

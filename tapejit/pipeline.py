@@ -1,0 +1,269 @@
+"""The compile pipeline after tracing, as plain functions of the previous stage's output.
+
+::
+
+    trace --autodiff.vjp_graph--> grad --passes.optimise--> opt --passes.plan--> plan
+          --codegen.lower--> llvm --LLVM O3--> llvm-opt --codegen--> asm
+
+:func:`front` runs the front end (reverse mode, the passes, the memory plan) and returns every
+stage it made; :func:`build` lowers the plan and compiles it into a :class:`Built` (a live code
+library plus the facts a caller needs about its entry point); :func:`load_or_build` does the
+same through the on-disk cache, keyed on the trace (:func:`fingerprint`), so a hit skips
+everything after tracing. Nothing here keeps state between calls; the only cache is the
+on-disk one the caller passes in.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import autodiff, passes
+from .codegen import batch as _batch
+from .codegen import cache as _cache
+from .codegen import fastcall as _fastcall
+from .codegen.cache import ObjectCache, cache_key
+from .codegen.jit import CodeLibrary
+from .codegen.lower import lower
+from .ir import Graph, Program, digest
+from .progress import Progress, log
+
+#: The printable stages, in pipeline order (``grad.ir(stage)``, ``tapejit dump --stage``).
+STAGES = ("trace", "grad", "opt", "plan", "llvm", "llvm-opt", "asm")
+
+VERSION = "0.1.0"  # kept equal to tapejit.__version__ (salts the on-disk cache key)
+
+
+@dataclass
+class Front:
+    """The front end's stages of one trace, each printable with ``str()``."""
+
+    trace: Graph
+    grad: Graph
+    opt: Graph
+    plan: Program
+    pass_stats: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def front(trace: Graph, order: tuple[int, ...] | None, progress: Progress | None = None) -> Front:
+    """Reverse mode (the cotangents of the active inputs, returned in ``order`` of the runtime
+    arguments; ``None``: input order), the passes and the memory plan of ``trace``."""
+    t1 = time.perf_counter()
+    if progress:
+        progress.step("autodiff", f"{len(trace.nodes)} trace nodes")
+    joint = autodiff.vjp_graph(trace, order)
+    t2 = time.perf_counter()
+    if progress:
+        progress.step("passes", f"{len(joint.nodes)} joint nodes")
+    opt, pass_stats = passes.optimise(joint)
+    t3 = time.perf_counter()
+    if progress:
+        progress.step("plan", f"{len(opt.nodes)} optimised nodes")
+    prog = passes.plan(opt)
+    t4 = time.perf_counter()
+    timings = {"autodiff": t2 - t1, "passes": t3 - t2, "plan": t4 - t3}
+    return Front(trace, joint, opt, prog, pass_stats, timings)
+
+
+@dataclass
+class Built:
+    """A compiled gradient: its code library and the facts about its entry point that the
+    pipeline found. This is what an on-disk cache entry holds.
+
+    The kernel ``symbol`` takes ``n_inputs`` pointers (runtime arguments of ``shapes``, then
+    ``consts``), the value output, ``n_outputs`` - 1 gradient outputs and a workspace of
+    ``stats["workspace_bytes"]``; ``symbol + "_fast"`` and ``symbol + "_batch"`` are its
+    fast-call and batch entries when they were built.
+    """
+
+    symbol: str
+    n_inputs: int
+    n_outputs: int
+    shapes: tuple[tuple[int, ...], ...]
+    consts: list[np.ndarray]
+    stats: dict[str, Any]
+    llvm: str | bytes  # the module's text before optimisation (or zlib-compressed text)
+    lib: CodeLibrary
+
+    def entry(self, trace: Graph) -> dict[str, bytes]:
+        """The cache entry (object code, IR text, a JSON description)."""
+        meta = {
+            "symbol": self.symbol,
+            "n_inputs": self.n_inputs,
+            "n_outputs": self.n_outputs,
+            "shapes": [list(s) for s in self.shapes],
+            "stats": self.stats,
+        }
+        llvm_text = _cache.text(self.llvm)
+        return _cache.encode_entry(
+            meta, self.lib.object, llvm_text, self.lib.llvm_ir, self.consts, trace.bindings
+        )
+
+    @classmethod
+    def from_entry(cls, parts: dict[str, bytes] | None, trace: Graph) -> "Built | None":
+        """The gradient stored in a cache entry, or ``None`` when there is none or it does not
+        decode (then the caller compiles and replaces it)."""
+        e = _cache.decode_entry(parts, trace.bindings)
+        if e is None:
+            return None
+        try:
+            m = e.meta
+            shapes = tuple(tuple(int(d) for d in s) for s in m["shapes"])
+            fields = (m["symbol"], int(m["n_inputs"]), int(m["n_outputs"]), shapes)
+        except (KeyError, ValueError, TypeError):
+            return None
+        return cls(*fields, e.consts, m["stats"], e.llvm, CodeLibrary.load(e.object, e.llvm_opt))
+
+
+def build(
+    stages: Front,
+    symbol: str,
+    argnums: tuple[int, ...],
+    tuple_result: bool,
+    entries: bool,
+    keep_object: bool,
+    progress: Progress | None = None,
+) -> Built:
+    """Lower ``stages.plan`` to LLVM as function ``symbol`` and compile it.
+
+    ``argnums``: the runtime arguments whose gradients the kernel writes, in output order.
+    ``entries``: also build the fast-call trampoline (when this CPython's layout allows it) and
+    the batch entry. ``keep_object``: keep the object code (for the on-disk cache).
+    """
+    if progress:
+        progress.step("lower", f"{len(stages.plan.kernels)} kernels")
+    t0 = time.perf_counter()
+    prog = stages.plan
+    module, workspace_bytes = lower(prog, symbol)
+    g = prog.graph
+    runtime = [n for n, k in zip(g.inputs, g.kinds) if k != "const"]
+    consts = [np.ascontiguousarray(g.bindings[i]) for i, k in enumerate(g.kinds) if k == "const"]
+    if list(g.kinds[len(runtime) :]) != ["const"] * len(consts):
+        raise AssertionError("graph inputs must list runtime arguments before constants")
+    shapes = tuple(n.shape for n in runtime)
+    grad_shapes = tuple(shapes[i] for i in argnums)
+    if entries:
+        if _fastcall.layout_ok():
+            spec = _fastcall.Spec(shapes, grad_shapes, tuple_result, len(consts))
+            _fastcall.add_trampoline(module, symbol, spec, symbol + "_fast")
+        _batch.add_batch_entry(
+            module,
+            symbol,
+            [max(1, int(np.prod(s))) for s in shapes],
+            len(consts),
+            [max(1, int(np.prod(s))) for s in grad_shapes],
+            symbol + "_batch",
+        )
+    text = CodeLibrary.prepare(module)
+    stages.timings["lower"] = time.perf_counter() - t0
+    if progress:
+        progress.step("llvm", f"{len(module.functions)} LLVM functions")
+    lib = CodeLibrary.compile(text, emit_object=keep_object)
+    stats = {
+        "nodes": {
+            "trace": len(stages.trace.nodes),
+            "grad": len(stages.grad.nodes),
+            "opt": len(stages.opt.nodes),
+        },
+        "passes": stages.pass_stats,
+        "workspace_bytes": workspace_bytes,
+        "kernels": prog.stats["kernels"],
+        "work": prog.stats["work"],
+        "buffers": prog.stats["buffers"],
+        "recomputed": prog.stats["recomputed"],
+        "loops": sum(n.op == "loop" for n in prog.graph.nodes),
+    }
+    return Built(symbol, len(g.inputs), len(g.outputs), shapes, consts, stats, text, lib)
+
+
+@functools.cache
+def compiler_digest() -> str:
+    """A digest of the compiler's own sources (every ``.py`` file of the ``tapejit`` package,
+    ``codegen`` included), so that a cache entry written by a changed compiler — an editable
+    install, the same version string — is never loaded by another. Computed once per process
+    (~1 ms)."""
+    h = hashlib.sha256()
+    roots = [os.path.dirname(os.path.abspath(__file__)), os.path.dirname(_cache.__file__)]
+    for pkg in dict.fromkeys(roots):
+        for root, dirs, files in os.walk(pkg):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(root, name)
+                    h.update(os.path.relpath(path, os.path.dirname(pkg)).encode() + b"\0")
+                    with open(path, "rb") as fh:
+                        h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
+def fingerprint(trace: Graph, tuple_result: bool, entries: bool) -> str:
+    """What decides the compiled code of ``trace``: its structure — the name, each input's and
+    output's :func:`~tapejit.ir.digest` (a Merkle hash of the whole expression: ops, attributes,
+    types, inputs by position and name), the input kinds, the guards with their outcomes and
+    source lines — the bytes of every captured constant, the result kind and which entries are
+    built. Equal to hashing the printed trace, at ~1/10 of the cost for a large trace."""
+    h = hashlib.sha256()
+    for i in sorted(trace.bindings):
+        a = np.ascontiguousarray(trace.bindings[i])
+        h.update(f"{i}:{a.dtype.str}:{a.shape}:".encode())
+        h.update(a.reshape(-1).view(np.uint8))  # no copy; a zero-size array hashes as b""
+    inputs = " ".join(f"{digest(n).hex()}:{k}" for n, k in zip(trace.inputs, trace.kinds))
+    outputs = " ".join(digest(n).hex() for n in trace.outputs)
+    guards = "".join(f"\nguard {digest(c).hex()} == {e} # {w}" for c, e, w in trace.guards)
+    fast = entries and _fastcall.layout_ok()
+    return (
+        f"graph {trace.name}\ninputs {inputs}\noutputs {outputs}{guards}\n"
+        f"constants {h.hexdigest()}\ntuple={tuple_result} fast={fast}"
+    )
+
+
+def symbol_of(trace: Graph) -> str:
+    """The LLVM name of ``trace``'s kernel."""
+    return f"tj_{trace.name}".replace("<", "_").replace(">", "_")
+
+
+def load_or_build(
+    trace: Graph,
+    argnums: tuple[int, ...],
+    tuple_result: bool,
+    entries: bool,
+    cache: ObjectCache | None,
+    progress: Progress | None = None,
+) -> tuple[Built, Front | None, dict[str, float], bool]:
+    """``trace`` compiled, or loaded from ``cache``: ``(built, front stages or None on a cache
+    hit, timings, hit)``. The cache key is :func:`fingerprint` with ``argnums``, the
+    compiler's version and :func:`compiler_digest` (and, inside :func:`cache_key`, the
+    toolchain and host CPU); the pipeline is deterministic, so the same trace always gives
+    the same machine code."""
+    timings: dict[str, float] = {}
+    key = None
+    if cache is not None:
+        if progress:
+            progress.step("cache", f"{len(trace.nodes)} trace nodes")
+        t0 = time.perf_counter()
+        key = cache_key(
+            f"{fingerprint(trace, tuple_result, entries)}\norder={argnums}",
+            f"tapejit-{VERSION}-{compiler_digest()}",
+        )
+        built = Built.from_entry(cache.load(key), trace)
+        timings["cache_key"] = time.perf_counter() - t0
+        if built is not None:
+            timings.update(built.lib.timings)
+            log.debug("%s: on-disk cache hit %s", trace.name, key[:12])
+            return built, None, timings, True
+    stages = front(trace, argnums, progress)
+    built = build(
+        stages, symbol_of(trace), argnums, tuple_result, entries, cache is not None, progress
+    )
+    timings.update(stages.timings)
+    timings.update(built.lib.timings)
+    if cache is not None:
+        cache.store(key, built.entry(trace))
+    return built, stages, timings, False
