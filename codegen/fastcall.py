@@ -292,19 +292,23 @@ _TP_FLAGS_OFFSET = 168  # offsetof(PyTypeObject, tp_flags) on 64-bit CPython 3.8
 _HAVE_VECTORCALL = 1 << 11
 
 
-def inherit_vectorcall(cls: type) -> bool:
-    """Let instances of ``cls``, a Python subclass of a vectorcall type (``functools.partial``)
-    that does not override ``__call__``, be called by vectorcall as the base's instances are.
+def inherit_vectorcall(cls: type, equivalent_call: bool = False) -> bool:
+    """Let instances of ``cls``, a Python subclass of a vectorcall type (``functools.partial``),
+    be called by vectorcall as the base's instances are.
 
     CPython 3.12 does this itself (heap types inherit ``Py_TPFLAGS_HAVE_VECTORCALL`` when they
-    keep the base's ``tp_call``); on 3.11 the flag is set here after checking that the word at
+    keep the base's ``tp_call``); otherwise the flag is set here after checking that the word at
     the flag's offset is the type's flags. Without it a call costs ~0.15 µs more (tuple + dict).
-    Returns whether instances are vectorcall-able.
+    A ``cls`` that defines ``__call__`` (for its signature and docstring) is accepted only with
+    ``equivalent_call=True``: its promise that ``__call__`` computes what the vectorcall does, as
+    calls then bypass it. Returns whether instances are vectorcall-able.
     """
     base = cls.__mro__[1]
     if cls.__flags__ & _HAVE_VECTORCALL:
         return True
-    if "__call__" in cls.__dict__ or not base.__flags__ & _HAVE_VECTORCALL or not layout_ok():
+    if "__call__" in cls.__dict__ and not equivalent_call:
+        return False
+    if not base.__flags__ & _HAVE_VECTORCALL or not layout_ok():
         return False
     word = ctypes.c_ulong.from_address(id(cls) + _TP_FLAGS_OFFSET)
     if word.value != cls.__flags__:

@@ -143,7 +143,14 @@ def grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
 def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     """``value_and_grad(f)(*args, out=None) -> (f(*args), gradient)``, both from one native call.
 
-    The value is a float; the gradient is as for :func:`grad`, which this otherwise matches
-    (compiled lazily, once per set of argument shapes; same errors).
+    The value ``f(*args)`` is a Python float; the gradient is an array of the differentiated
+    argument's shape (a float for a scalar argument), or a tuple of them in ``argnums`` order
+    for a tuple ``argnums``. ``out=``, if given, receives the gradient (writeable C-contiguous
+    float64 arrays of the gradient's shape) and is returned in the gradient's place. Compiled
+    lazily, like :func:`grad`: the first call with a given set of argument shapes traces and
+    compiles ``f``; later calls with those shapes reuse it.
+
+    Raises :class:`tapejit.TracingError` at the first call when ``f`` cannot be traced, and the
+    ``TypeError``/``ValueError`` of a :class:`GradientFunction` call for invalid arguments.
     """
     return _Lazy(f, argnums, with_value=True)
