@@ -216,6 +216,16 @@ class GradientFunction(functools.partial):
         """Bytes of workspace the kernel at :attr:`address` needs per concurrent call."""
         return self._primary.stats["workspace_bytes"]
 
+    def export(self, path: str, name: str | None = None, shared: bool = False) -> Any:
+        """Write the kernel compiled for the example as a relocatable object file (PIC) and a
+        C header, for use from C/C++/Fortran without Python; ``shared=True`` also links a shared
+        library with the system C compiler. See :mod:`tapejit.runtime.export` for the files,
+        the C signature, how captured constants and guards are handled, and the errors raised.
+        """
+        from .export import export_variant
+
+        return export_variant(self._primary, path, name or self.name, shared)
+
     def __repr__(self) -> str:
         shapes = ", ".join(f"f64{list(s)}" for s in self._primary.signature.shapes)
         return f"<GradientFunction of {self.name}({shapes}) wrt argnums={self.argnums}>"
