@@ -149,10 +149,15 @@ def build(
         raise AssertionError("graph inputs must list runtime arguments before constants")
     shapes = tuple(n.shape for n in runtime)
     grad_shapes = tuple(shapes[i] for i in argnums)
+    fast = {}
     if entries:
         if _fastcall.layout_ok():
-            spec = _fastcall.Spec(shapes, grad_shapes, tuple_result, len(consts))
-            _fastcall.add_trampoline(module, symbol, spec, symbol + "_fast")
+            release = prog.stats["work"] >= _fastcall.GIL_RELEASE_WORK
+            spec = _fastcall.Spec(
+                shapes, grad_shapes, tuple_result, len(consts), release, workspace_bytes > 0
+            )
+            _fastcall.add_trampolines(module, symbol, spec, symbol + "_fast")
+            fast = {"fast_slots": spec.slots, "releases_gil": release}
         _batch.add_batch_entry(
             module,
             symbol,
@@ -179,6 +184,7 @@ def build(
         "buffers": prog.stats["buffers"],
         "recomputed": prog.stats["recomputed"],
         "loops": sum(n.op == "loop" for n in prog.graph.nodes),
+        **fast,
     }
     return Built(symbol, len(g.inputs), len(g.outputs), shapes, consts, stats, text, lib)
 

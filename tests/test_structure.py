@@ -196,3 +196,8 @@ def test_install_adds_exactly_one_top_level_name(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert {n.split("/")[0] for n in names} == {"tapejit", wheel.name.split("-py")[0] + ".dist-info"}
     assert "tapejit/codegen/lower.py" in names and "tapejit/codegen/__init__.py" in names
+    sources = {
+        "tapejit/" + str(p.relative_to(ROOT / "tapejit")) for p in (ROOT / "tapejit").rglob("*.py")
+    } | {"tapejit/codegen/" + p.name for p in (ROOT / "codegen").glob("*.py")}
+    missing = sorted(s for s in sources if s not in names)
+    assert not missing, f"the wheel lacks {missing} (list the package in pyproject.toml)"

@@ -93,18 +93,31 @@ class Dispatcher:
         v = self._compile(args, **spec)
         self.compiles += 1
         self.variants.insert(0, v)
+        for old in self.variants[self.options.max_specialisations :]:
+            old.link(None)
         del self.variants[self.options.max_specialisations :]
+        self._relink()
         return v
+
+    def _relink(self) -> None:
+        """Chain the variants' fast paths in list order, so that a guard failing in native code
+        tries the next variant natively (inputs alternating between branches cost no Python)."""
+        vs = self.variants
+        for a, b in zip(vs, vs[1:] + [None]):
+            a.link(b)
 
     def _drop(self, v: Variant) -> None:
         try:
             self.variants.remove(v)
         except ValueError:  # another thread moved it meanwhile
             pass
+        v.link(None)
+        self._relink()
 
     def _promote(self, v: Variant) -> None:
         self._drop(v)
         self.variants.insert(0, v)
+        self._relink()
         self.on_promote(v)
 
     def _try(self, args: tuple, out: Any, tried: set[int], fits: Callable = None):

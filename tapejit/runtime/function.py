@@ -82,7 +82,9 @@ class GradientFunction(functools.partial):
         self._primary = self._dispatcher.start(example_args)
 
     def _point(self, v: Variant) -> None:
-        """Make calls reach ``v`` (the partial's C-level function is its entry)."""
+        """Make calls reach ``v``: the partial's C-level function is its entry, and the
+        instance's ``value_and_grad`` (shadowing the method below) is its native one."""
+        self.__dict__["value_and_grad"] = v.vg_entry
         functools.partial.__setstate__(self, (v.entry, (), {}, self.__dict__))
 
     def __reduce__(self):

@@ -117,17 +117,29 @@ class Variant:
         self._tls = _Workspace(nbytes)
         self._keepalive: list[Any] = []
         self.entry: Callable = self.__call__
+        self.vg_entry: Callable = self.value_and_grad
+        self._env: int | None = None  # the fast path's environment table
         if _FAST and not signature.dynamic:
-            self._fast_buffers = _Buffers(nbytes)
+            # the fast path's workspaces (one per slot; see tapejit.codegen.fastcall)
+            self._fast_buffers = [_Buffers(nbytes) for _ in range(stats["fast_slots"])]
             fast = built.symbol + "_fast"
+            shapes = [tuple(s) for s in signature.grad_shapes]
+            self._keepalive.append(shapes)
+            self._env = self._lib.global_address(_fastcall.env_name(fast))
             _fastcall.fill_env(
-                self._lib.global_address(_fastcall.env_name(fast)),
-                self._fast_buffers.value.ctypes.data,
-                self._fast_buffers.ws.ctypes.data,
+                self._env,
+                [w.ws.ctypes.data for w in self._fast_buffers],
                 [c.ctypes.data for c in self._consts],
+                shapes,
             )
             self.entry = _fastcall.make_builtin(
                 self._lib.address(fast), self.__call__, self.name, self._keepalive
+            )
+            self.vg_entry = _fastcall.make_builtin(
+                self._lib.address(fast + "_vg"),
+                self.value_and_grad,
+                "value_and_grad",
+                self._keepalive,
             )
         n_ptrs = built.n_inputs + 1 + len(signature.grad_shapes) + 1
         self._batch_native = (
@@ -142,6 +154,16 @@ class Variant:
         # same objects re-checks only what can change in place (shape, dtype, layout, writeable).
         self._last: tuple[tuple, tuple, list] | None = None
         self.stats = stats
+
+    def link(self, nxt: "Variant | None") -> None:
+        """Chain this variant's fast path to ``nxt``'s: a failed guard then tries ``nxt`` in
+        native code before the Python path (:func:`tapejit.codegen.fastcall.set_next`). The
+        dispatcher keeps ``nxt`` alive while it is linked."""
+        if self._env is not None:
+            if nxt is None or nxt._env is None:
+                _fastcall.set_next(self._env, None, None)
+            else:
+                _fastcall.set_next(self._env, nxt.entry, nxt.vg_entry)
 
     # -- calling --------------------------------------------------------------------------------
     def run(self, args: tuple, out: Any) -> tuple[float, Any] | int:
