@@ -29,6 +29,7 @@ import llvmlite.ir as ir
 
 from tapejit import ops
 from tapejit.ir import ITEMSIZE, Node, Program, type_text
+from tapejit.ops import Op
 
 from . import mathlib
 
@@ -66,25 +67,25 @@ def _cast(b, n, x):
 
 
 #: Scalar code of each elementwise op: (builder, node, *operand values) -> value.
-EMIT: dict[str, Callable[..., ir.Value]] = {
-    "neg": lambda b, n, x: b.fneg(x),
-    "add": lambda b, n, x, y: b.fadd(x, y),
-    "sub": lambda b, n, x, y: b.fsub(x, y),
-    "mul": lambda b, n, x, y: b.fmul(x, y),
-    "div": lambda b, n, x, y: b.fdiv(x, y),
-    "fmod": lambda b, n, x, y: b.frem(x, y),  # LLVM's frem is C's fmod
-    "sign": _sign,
-    "lt": lambda b, n, x, y: b.fcmp_ordered("<", x, y),
-    "le": lambda b, n, x, y: b.fcmp_ordered("<=", x, y),
-    "gt": lambda b, n, x, y: b.fcmp_ordered(">", x, y),
-    "ge": lambda b, n, x, y: b.fcmp_ordered(">=", x, y),
-    "eq": lambda b, n, x, y: b.fcmp_ordered("==", x, y),
-    "ne": lambda b, n, x, y: b.fcmp_unordered("!=", x, y),
-    "and": lambda b, n, x, y: b.and_(x, y),
-    "or": lambda b, n, x, y: b.or_(x, y),
-    "not": lambda b, n, x: b.xor(x, I1(1)),
-    "where": lambda b, n, c, x, y: b.select(c, x, y),
-    "cast": _cast,
+EMIT: dict[Op, Callable[..., ir.Value]] = {
+    Op.NEG: lambda b, n, x: b.fneg(x),
+    Op.ADD: lambda b, n, x, y: b.fadd(x, y),
+    Op.SUB: lambda b, n, x, y: b.fsub(x, y),
+    Op.MUL: lambda b, n, x, y: b.fmul(x, y),
+    Op.DIV: lambda b, n, x, y: b.fdiv(x, y),
+    Op.FMOD: lambda b, n, x, y: b.frem(x, y),  # LLVM's frem is C's fmod
+    Op.SIGN: _sign,
+    Op.LT: lambda b, n, x, y: b.fcmp_ordered("<", x, y),
+    Op.LE: lambda b, n, x, y: b.fcmp_ordered("<=", x, y),
+    Op.GT: lambda b, n, x, y: b.fcmp_ordered(">", x, y),
+    Op.GE: lambda b, n, x, y: b.fcmp_ordered(">=", x, y),
+    Op.EQ: lambda b, n, x, y: b.fcmp_ordered("==", x, y),
+    Op.NE: lambda b, n, x, y: b.fcmp_unordered("!=", x, y),
+    Op.AND: lambda b, n, x, y: b.and_(x, y),
+    Op.OR: lambda b, n, x, y: b.or_(x, y),
+    Op.NOT: lambda b, n, x: b.xor(x, I1(1)),
+    Op.WHERE: lambda b, n, c, x, y: b.select(c, x, y),
+    Op.CAST: _cast,
     **{op: _math(op) for op in mathlib.MATH},
 }
 
@@ -178,10 +179,6 @@ class Lowering:
         offset, strides = ops.index_affine(n.shape, n.attrs)
         return self.ptr(n), offset, strides
 
-    def physical(self, n: Node):
-        """The slot of the buffer ``n`` lives in (aliases resolved)."""
-        return self.location(n)[0]
-
     def location(self, n: Node):
         """(slot of ``n``'s buffer, element offset of ``n`` in it), aliases resolved
         (remembered: kernel keys and tape records ask for every operand of every call)."""
@@ -201,7 +198,7 @@ class Lowering:
 
     def load(self, n: Node, idx: ir.Value | None) -> ir.Value:
         """Element ``idx`` (flat, i64) of ``n``; scalars and constants need no memory access."""
-        if n.op == "const":
+        if n.op == Op.CONST:
             return I1(int(n.attrs[0])) if n.dtype == "bool" else F64(n.attrs[0])
         if n.shape == ():
             return self.regs[id(n)]
@@ -310,7 +307,7 @@ class Lowering:
                 self.flush(pending)
                 self.next_chunk(step, last_read)
                 weight = 0
-            if k.op is not None and k.op.op == "loop":  # a native loop calling its body
+            if k.op is not None and k.op.op == Op.LOOP:  # a native loop calling its body
                 self.flush(pending)
                 self.node(k.op)
                 weight += 1
@@ -438,6 +435,10 @@ class Lowering:
         if hit is None:
             name = f"{self.fn.name}.k{len(self.kernel_fns)}"
             hit = self.kernel_fns[face.key] = (KernelFunction(self, k, face, name).fn, [0])
+        # symbol -> the (program, kernel) pairs it computes (``tapejit dump --stage asm`` names them)
+        self.module.__dict__.setdefault("_tapejit_kernels", {}).setdefault(hit[0].name, []).append(
+            (self.prog, k)
+        )
         return hit[0]
 
     def call_direct(self, face: "Interface", fn: ir.Function) -> None:
@@ -648,7 +649,7 @@ class Interface:
         def ref(a: Node) -> str:
             if id(a) in local and k.body:
                 return f"b{local[id(a)]}"
-            if a.op == "const":
+            if a.op == Op.CONST:
                 return f"c{a.attrs[0]!r}:{type_text(a.type)}"
             if a.shape == ():
                 if id(a) not in regs:
@@ -672,7 +673,7 @@ class Interface:
                 )
                 parts.append(line)
                 continue
-            if k.body and n.op in ("index", "transpose", "broadcast_to") and n.args[0].shape != ():
+            if k.body and n.op in ops.GATHERS and n.args[0].shape != ():
                 # the caller passes the operand's address plus the gather's offset, so gathers
                 # that differ only in where they start share one kernel function
                 offset, strides = gather_affine(n)
@@ -766,16 +767,16 @@ def _lower_reduce(L: Lowering, n: Node) -> None:
     strides = _c_strides(x.shape)
     b = L.b
     with L.nest(tuple(kept)) as kidx:
-        acc = L.accumulator(0.0 if n.op == "reduce_sum" else -math.inf)
+        acc = L.accumulator(0.0 if n.op == Op.REDUCE_SUM else -math.inf)
         with L.nest(tuple(red)) as ridx:
             it_k, it_r = iter(kidx), iter(ridx)
             full = [next(it_r) if i in axes else next(it_k) for i in range(x.ndim)]
             v = L.load(x, L.affine(full, 0, strides))
             a = b.load(acc)
-            if n.op == "reduce_sum":
+            if n.op == Op.REDUCE_SUM:
                 b.store(b.fadd(a, v, flags=("reassoc",)), acc)
             else:
-                b.store(mathlib.call(b, "maximum", [a, v]), acc)
+                b.store(mathlib.call(b, Op.MAXIMUM, [a, v]), acc)
         L.define(n, L.flat(kidx, n.shape) if kidx else I64(0), b.load(acc))
 
 
@@ -783,11 +784,11 @@ def gather_affine(n: Node) -> tuple[int, tuple[int, ...]]:
     """Element offset and per-output-axis strides at which ``n`` reads its C-contiguous operand."""
     (x,) = n.args
     src = _c_strides(x.shape)
-    if n.op == "index":
+    if n.op == Op.INDEX:
         return ops.index_affine(x.shape, n.attrs)
-    if n.op == "transpose":
+    if n.op == Op.TRANSPOSE:
         return 0, tuple(src[p] for p in n.attrs[0])
-    if n.op == "broadcast_to":
+    if n.op == Op.BROADCAST_TO:
         lead = n.ndim - x.ndim
         return 0, (0,) * lead + tuple(0 if d == 1 else s for d, s in zip(x.shape, src))
     raise NotImplementedError(n.op)
@@ -795,7 +796,7 @@ def gather_affine(n: Node) -> tuple[int, tuple[int, ...]]:
 
 def _lower_shape(L: Lowering, n: Node) -> None:
     (x,) = n.args
-    if n.op == "reshape":
+    if n.op == Op.RESHAPE:
         if n.shape == ():
             L.define(n, None, L.load(x, I64(0)))
         elif x.shape == ():
@@ -811,7 +812,7 @@ def _lower_shape(L: Lowering, n: Node) -> None:
 
 
 def _lower_index(L: Lowering, n: Node) -> None:
-    if n.op == "index":
+    if n.op == Op.INDEX:
         return _lower_shape(L, n)
     acc, upd = n.args
     if L.location(n) != L.location(acc):  # not in place: start from a copy of acc
@@ -821,7 +822,7 @@ def _lower_index(L: Lowering, n: Node) -> None:
     with L.nest(upd.shape) as idx:
         at = L.affine(idx, offset, strides)
         u = L.load(upd, L.flat(idx, upd.shape) if idx else None)
-        if n.op == "scatter":  # acc[items] = upd
+        if n.op == Op.SCATTER:  # acc[items] = upd
             L.store_to(base, at, u, n.dtype)
         else:  # acc[items] += upd
             p = b.gep(base, [at], inbounds=True)
@@ -873,12 +874,12 @@ def _lower_loop(L: Lowering, k) -> None:
     gathers = [
         n
         for n in k.body
-        if n.op in ("index", "transpose", "broadcast_to") and n.args[0].shape != ()
+        if n.op in ops.GATHERS and n.args[0].shape != ()
     ]
     accs = {}
     for n in k.body:
         if n.op in ops.REDUCE:
-            accs[id(n)] = L.accumulator(0.0 if n.op == "reduce_sum" else -math.inf)
+            accs[id(n)] = L.accumulator(0.0 if n.op == Op.REDUCE_SUM else -math.inf)
     with L.nest(k.space) if gathers else L.loop(math.prod(k.space)) as idx:
         if gathers:
             i = L.flat(idx, k.space) if idx else I64(0)
@@ -886,14 +887,14 @@ def _lower_loop(L: Lowering, k) -> None:
             i, idx = idx, None
         vals: dict[int, ir.Value] = {}
         for n in k.body:  # loads of operands in memory come first
-            if n in gathers or n.op in ("broadcast_to", "reshape"):
+            if n in gathers or n.op in ops.SCALAR_SPREADS:
                 continue
             for a in n.args:
                 if (
                     a.shape != ()
                     and id(a) not in body_ids
                     and id(a) not in vals
-                    and a.op != "const"
+                    and a.op != Op.CONST
                 ):
                     vals[id(a)] = L.load(a, i)
 
@@ -902,9 +903,9 @@ def _lower_loop(L: Lowering, k) -> None:
             return v if v is not None else L.load(a, None if a.shape == () else i)
 
         for n in k.body:
-            if n.op == "const":
+            if n.op == Op.CONST:
                 v = L.load(n, None)
-            elif n.op in ("broadcast_to", "reshape") and n.args[0].shape == ():
+            elif n.op in ops.SCALAR_SPREADS and n.args[0].shape == ():
                 v = val(n.args[0])
             elif n in gathers:
                 base, offset, strides = L.gather_source(n)
@@ -912,10 +913,10 @@ def _lower_loop(L: Lowering, k) -> None:
             elif id(n) in accs:
                 acc = accs[id(n)]
                 x = val(n.args[0])
-                if n.op == "reduce_sum":
+                if n.op == Op.REDUCE_SUM:
                     b.store(b.fadd(b.load(acc), x, flags=("reassoc",)), acc)
                 else:
-                    b.store(mathlib.call(b, "maximum", [b.load(acc), x]), acc)
+                    b.store(mathlib.call(b, Op.MAXIMUM, [b.load(acc), x]), acc)
                 continue
             else:
                 v = EMIT[n.op](b, n, *(val(a) for a in n.args))
@@ -1059,7 +1060,7 @@ def lower(prog: Program, name: str) -> tuple[ir.Module, int]:
     docstring), and the workspace size it needs in bytes: the memory plan's, plus the spill
     slots of straight-line chunks (:data:`CHUNK_NODES`)."""
     L = Lowering(prog, name, chunked=True)
-    loops = [n for n in prog.graph.nodes if n.op == "loop"]
+    loops = [n for n in prog.graph.nodes if n.op == Op.LOOP]
     if loops:
         ty = ir.ArrayType(I64, len(loops))
         g = ir.GlobalVariable(L.module, ty, name=counters_symbol(name))

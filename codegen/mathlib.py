@@ -70,6 +70,8 @@ from collections.abc import Callable
 
 import llvmlite.ir as ir
 
+from tapejit.ops import Op
+
 F64 = ir.DoubleType()
 I64 = ir.IntType(64)
 
@@ -901,69 +903,69 @@ class Math:
 
 
 #: op -> implementation. lower.py builds its EMIT rows from these keys.
-MATH: dict[str, Math] = {
-    "exp":     Math(1, body=_exp, ulp=1, ulp_ld=0.8, domains=(
+MATH: dict[Op, Math] = {
+    Op.EXP:     Math(1, body=_exp, ulp=1, ulp_ld=0.8, domains=(
         ("[-745, 710]", "uniform", -745.2, 709.8), ("[-1, 1]", "uniform", -1, 1),
         ("subnormal results", "uniform", -745.2, -708))),
-    "log":     Math(1, body=_log, ulp=1, ulp_ld=0.85, domains=(
+    Op.LOG:     Math(1, body=_log, ulp=1, ulp_ld=0.85, domains=(
         ("subnormal..1e308", "log", -323.5, 308.2), ("near 1", "uniform", 0.9, 1.1),
         ("[0.5, 2]", "uniform", 0.5, 2))),
-    "log1p":   Math(1, body=_log1p, ulp=1, ulp_ld=0.85, domains=(
+    Op.LOG1P:   Math(1, body=_log1p, ulp=1, ulp_ld=0.85, domains=(
         ("[-0.9, 10]", "uniform", -0.9, 10), ("|x| in 1e-20..1e-2", "-log", -20, -2),
         ("1e-300..1e300", "log", -300, 300))),
-    "expm1":   Math(1, body=_expm1, ulp=1, ulp_ld=0.9, domains=(
+    Op.EXPM1:   Math(1, body=_expm1, ulp=1, ulp_ld=0.9, domains=(
         ("[-1, 1]", "uniform", -1, 1), ("[-60, 709.7]", "uniform", -60, 709.7),
         ("|x| in 1e-20..1e-3", "-log", -20, -3))),
-    "sin":     Math(1, body=_sin, ulp=1, ulp_ld=0.9, domains=(
+    Op.SIN:     Math(1, body=_sin, ulp=1, ulp_ld=0.9, domains=(
         ("[-10, 10]", "uniform", -10, 10), ("[-1e5, 1e5]", "uniform", -1e5, 1e5),
         ("1e5..1e15", "log", 5, 15))),
-    "cos":     Math(1, body=_cos, ulp=1, ulp_ld=0.9, domains=(
+    Op.COS:     Math(1, body=_cos, ulp=1, ulp_ld=0.9, domains=(
         ("[-10, 10]", "uniform", -10, 10), ("[-1e5, 1e5]", "uniform", -1e5, 1e5),
         ("1e5..1e15", "-log", 5, 15))),
-    "tanh":    Math(1, body=_tanh, ulp=2, ulp_ld=0.7, domains=(
+    Op.TANH:    Math(1, body=_tanh, ulp=2, ulp_ld=0.7, domains=(
         ("[-20, 20]", "uniform", -20, 20), ("[-0.6, 0.6]", "uniform", -0.6, 0.6))),
     # pow's domains are two-argument samplers, named here and defined in tests/test_mathlib.py
-    "pow":     Math(2, body=_pow, ulp=1, ulp_ld=0.9, domains=(
+    Op.POW:     Math(2, body=_pow, ulp=1, ulp_ld=0.9, domains=(
         ("x in [0,10], y in [-10,10]", "pow", 0, 0), ("results near 2^+-1023", "pow", 0, 0),
         ("x near 1, |y| <= 7e4", "pow", 0, 0), ("negative x, integer y", "pow", 0, 0),
         ("subnormal x and results", "pow", 0, 0))),
-    "arctan":  Math(1, body=_atan, ulp=1, ulp_ld=0.95, domains=(
+    Op.ARCTAN:  Math(1, body=_atan, ulp=1, ulp_ld=0.95, domains=(
         ("[-1, 1]", "uniform", -1, 1), ("[-10, 10]", "uniform", -10, 10),
         ("1e-300..1e300", "log", -300, 300), ("-1e-20..-1e20", "-log", -20, 20))),
-    "arctan2": Math(2, body=_atan2, ulp=2, ulp_ld=2.0, domains=(
+    Op.ARCTAN2: Math(2, body=_atan2, ulp=2, ulp_ld=2.0, domains=(
         ("y, x in [-10, 10]", "atan2", -10, 10), ("y, x in [-1e-3, 1e-3]", "atan2", -1e-3, 1e-3))),
     # erf/erfc: ``ulp_ld`` is against mpmath (40 digits), the real contract; the whole-ulp
     # reference is scipy's, itself up to 12 ulp off near |x| = 1 (Cephes computes erfc there
     # as 1 - erf) and ~500 ulp off for erfc near x = 23 (where this one is within 1 ulp)
-    "erf":     Math(1, body=_erf, ulp=4, ulp_ld=1.5, domains=(
+    Op.ERF:     Math(1, body=_erf, ulp=4, ulp_ld=1.5, domains=(
         ("[-1, 1]", "uniform", -1, 1), ("[-6, 6]", "uniform", -6, 6),
         ("1e-300..1", "log", -300, 0))),
-    "erfc":    Math(1, body=_erfc, ulp=1024, ulp_ld=2.0, domains=(
+    Op.ERFC:    Math(1, body=_erfc, ulp=1024, ulp_ld=2.0, domains=(
         ("[-1, 1]", "uniform", -1, 1), ("[-6, 26]", "uniform", -6, 26),
         ("1e-300..1", "log", -300, 0))),
     # gammaln/digamma: ``ulp_ld`` against mpmath, the whole-ulp reference scipy's. Their
     # contract holds away from their zeros (gammaln: 1, 2 and one per unit interval below -2;
     # digamma: 1.4616...), where the error is absolute (~1e-16) rather than relative
-    "gammaln": Math(1, body=_lgamma, ulp=16, ulp_ld=4.0, domains=(
+    Op.GAMMALN: Math(1, body=_lgamma, ulp=16, ulp_ld=4.0, domains=(
         ("(0, 0.8]", "uniform", 1e-3, 0.8), ("[2.5, 200]", "uniform", 2.5, 200),
         ("1e-300..1e-2", "log", -300, -2), ("1e2..1e300", "log", 2, 300),
         ("(-0.95, -0.05)", "uniform", -0.95, -0.05))),
     # (digamma's recurrence cancels: up to ~12 ulp below 1, measured against mpmath)
-    "digamma": Math(1, body=_digamma, ulp=24, ulp_ld=16.0, domains=(
+    Op.DIGAMMA: Math(1, body=_digamma, ulp=24, ulp_ld=16.0, domains=(
         ("[2.5, 50]", "uniform", 2.5, 50), ("[0.05, 1]", "uniform", 0.05, 1.0),
         ("1e3..1e300", "log", 3, 300))),
-    "sqrt":    Math(1, intrinsic="llvm.sqrt"),
-    "floor":   Math(1, intrinsic="llvm.floor"),
-    "ceil":    Math(1, intrinsic="llvm.ceil"),
-    "rint":    Math(1, intrinsic="llvm.rint"),  # round half to even, as numpy
-    "trunc":   Math(1, intrinsic="llvm.trunc"),
-    "abs":     Math(1, intrinsic="llvm.fabs"),
-    "maximum": Math(2, intrinsic="llvm.maximum"),
-    "minimum": Math(2, intrinsic="llvm.minimum"),
+    Op.SQRT:    Math(1, intrinsic="llvm.sqrt"),
+    Op.FLOOR:   Math(1, intrinsic="llvm.floor"),
+    Op.CEIL:    Math(1, intrinsic="llvm.ceil"),
+    Op.RINT:    Math(1, intrinsic="llvm.rint"),  # round half to even, as numpy
+    Op.TRUNC:   Math(1, intrinsic="llvm.trunc"),
+    Op.ABS:     Math(1, intrinsic="llvm.fabs"),
+    Op.MAXIMUM: Math(2, intrinsic="llvm.maximum"),
+    Op.MINIMUM: Math(2, intrinsic="llvm.minimum"),
 }  # fmt: skip
 
 
-def function(module: ir.Module, op: str, inline: bool = True) -> ir.Function:
+def function(module: ir.Module, op: Op, inline: bool = True) -> ir.Function:
     """The module's function ``tapejit.math.<op>`` (``alwaysinline``), or with ``inline=False``
     ``tapejit.math.<op>.ool`` (``noinline``), defined on first use."""
     name = f"tapejit.math.{op}" + ("" if inline else ".ool")
@@ -979,7 +981,7 @@ def function(module: ir.Module, op: str, inline: bool = True) -> ir.Function:
     return fn
 
 
-def call(builder: ir.IRBuilder, op: str, args: list[ir.Value], inline: bool = True) -> ir.Value:
+def call(builder: ir.IRBuilder, op: Op, args: list[ir.Value], inline: bool = True) -> ir.Value:
     """Emit ``op(*args)`` on doubles using the row of :data:`MATH`.
 
     ``inline=True`` for loop bodies (the call is inlined before vectorisation), ``inline=False``

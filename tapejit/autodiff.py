@@ -18,6 +18,11 @@ from __future__ import annotations
 
 from . import ops
 from .ir import Graph, Node, Type, substitute, toposort, verify
+from .ops import Op
+
+#: Views that compute (next to) nothing: a loop's backward body recomputes them from their
+#: operand rather than storing them.
+_VIEWS = (Op.RESHAPE, Op.INDEX)
 
 
 def active_nodes(g: Graph) -> set[int]:
@@ -37,7 +42,7 @@ def _fit(ct, arg: Node):
     if isinstance(ct, ops.Sparse) or ct.shape == arg.shape:
         return ct
     if arg.shape == ():
-        return ops.reduce("reduce_sum", ct)
+        return ops.reduce(Op.REDUCE_SUM, ct)
     raise ops.RuleError(f"cotangent of shape {ct.shape} for an operand of shape {arg.shape}")
 
 
@@ -51,7 +56,7 @@ def _total(contribs: list, node: Node) -> Node:
     if sparse and acc is None:
         acc = ops.const(0.0, node.shape)
     for s in sparse:
-        acc = ops.make("scatter_add", acc, s.g, attrs=s.items)
+        acc = ops.make(Op.SCATTER_ADD, acc, s.g, attrs=s.items)
     return acc if acc is not None else ops.const(0.0, node.shape)
 
 
@@ -83,7 +88,7 @@ def _sweep(nodes: list[Node], varied: set[int], seeds: dict[int, list]) -> dict[
     contribs = {k: list(v) for k, v in seeds.items()}
     for n in reversed(nodes):
         cs = contribs.get(id(n))
-        if n.op == "input" or not cs or id(n) not in varied:
+        if n.op == Op.INPUT or not cs or id(n) not in varied:
             continue
         del contribs[id(n)]
         cts = ops.vjp_rule(n.op)(_total(cs, n), n, *n.args)
@@ -133,7 +138,7 @@ def loop_vjp(
             varied.add(id(n))
 
     def new_input(k: int, name: str, t: Type) -> Node:
-        return Node("input", (), (k, f"{prefix}{name}"), t)
+        return ops.input_node(k, f"{prefix}{name}", t)
 
     # B's cotangent inputs, then the reverse sweep over one iteration
     ct_out = [new_input(0, f"ct{k}", o.type) for k, o in enumerate(outs)]  # positions fixed below
@@ -168,7 +173,7 @@ def loop_vjp(
         def want(a: Node) -> None:
             # a reshape or an index computes (next to) nothing: recompute it in B and store its
             # operand instead (x_t itself is never stored: B reads the stacked xs)
-            while a.op in ("reshape", "index") and id(a.args[0]) in forward:
+            while a.op in _VIEWS and id(a.args[0]) in forward:
                 a = a.args[0]
             if id(a) in variant and id(a) not in keep_in:
                 wanted.add(id(a))
@@ -182,7 +187,7 @@ def loop_vjp(
         for o in b_outs:
             if id(o) in forward:
                 want(byid[id(o)])
-        order = [*carries, *(n for n in nodes if n.op != "input")]
+        order = [*carries, *(n for n in nodes if n.op != Op.INPUT)]
         residuals = [n for n in order if id(n) in wanted]
 
     # B's inputs, in order: i, ct_carry', acc, residual_t, ct_y_t, x_t, param
@@ -190,7 +195,7 @@ def loop_vjp(
     mapping: dict[int, Node] = {}
 
     def take(src: Node | None, name: str, t: Type) -> Node:
-        node = Node("input", (), (len(b_inputs), f"{prefix}{name}"), t)
+        node = ops.input_node(len(b_inputs), f"{prefix}{name}", t)
         b_inputs.append(node)
         if src is not None:
             mapping[id(src)] = node
@@ -208,8 +213,8 @@ def loop_vjp(
             stored.append(r)
         else:
             slot = take(None, f"r{k}", Type(r.shape))
-            mapping[id(r)] = ops.make("ne", slot, ops.const(0.0))
-            stored.append(ops.make("cast", r, attrs=("f64",)))
+            mapping[id(r)] = ops.make(Op.NE, slot, ops.const(0.0))
+            stored.append(ops.make(Op.CAST, r, attrs=("f64",)))
     for k, ct in enumerate(ct_out[n_carry:]):
         take(ct, f"cty{k}", ct.type)
     for k, x in enumerate(xs):

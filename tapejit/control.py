@@ -33,6 +33,7 @@ import numpy as np
 
 from . import autodiff, ops, tracing
 from .ir import Graph, Node, Type, substitute
+from .ops import Op
 from .tracing import BodyTrace, Tracer, TracingError, _fail, _values, lift
 
 
@@ -290,7 +291,7 @@ def _finish(st: BodyTrace, outputs: list[Node], params: list[Tracer], name: str)
     mapping: dict[int, Node] = {}
     for p in params:
         k = len(inputs)
-        node = Node("input", (), (k, f"{st.prefix}p{k - st.fixed}"), p.node.type)
+        node = ops.input_node(k, f"{st.prefix}p{k - st.fixed}", p.node.type)
         inputs.append(node)
         old = mine.get(id(p.node))
         if old is not None:
@@ -367,7 +368,7 @@ def _loop(
                 raise _fail(f"{name}: cond must return a scalar, got {v.node.type}")
             node = ops.reshape(v.node, ())
             if node.dtype != "bool":
-                node = ops.make("ne", ops._float(node), ops.const(0.0))
+                node = ops.make(Op.NE, ops._float(node), ops.const(0.0))
         finally:
             tracing._current.pop()
 
@@ -410,7 +411,7 @@ def _loop(
         body, n_carry, n_xs, n, cond=cgraph, start=start, vjp=vjp, dynamic=steps is not None
     )
     lead = [steps] if steps is not None else []
-    make = lambda *ns: ops.make("loop", *ns, attrs=(spec,))  # noqa: E731
+    make = lambda *ns: ops.make(Op.LOOP, *ns, attrs=(spec,))  # noqa: E731
     args = lead + carries + x_ts + params
     for t in args:
         _values.setdefault(id(t.node), (t.node, t.value))

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import ops
 from .ir import NUMPY_DTYPE, Graph, Node, Program
+from .ops import Op
 
 
 def _bind_args(graph: Graph, args: Sequence[Any]) -> dict[int, Any]:
@@ -49,9 +50,9 @@ def evaluate(graph: Graph | Program, args: Sequence[Any]) -> list[np.ndarray]:
     env = _bind_args(graph, args)
     with np.errstate(all="ignore"):
         for n in graph.nodes:
-            if n.op == "input":
+            if n.op == Op.INPUT:
                 continue
-            if n.op == "const":
+            if n.op == Op.CONST:
                 env[id(n)] = np.full(n.shape, n.attrs[0], dtype=NUMPY_DTYPE[n.dtype])
             else:
                 value = ops.OPS[n.op].ref(n.attrs, *(env[id(a)] for a in n.args))
@@ -82,21 +83,21 @@ def run_program(prog: Program, args: Sequence[Any]) -> list[np.ndarray]:
     def read(n: Node, local: dict[int, Any]) -> Any:
         if id(n) in local:
             return local[id(n)]
-        if n.op == "const":
+        if n.op == Op.CONST:
             return np.full(n.shape, n.attrs[0], dtype=NUMPY_DTYPE[n.dtype])
         if n.shape == ():
             return env[id(n)]
         return view(n).copy()
 
     def compute(n: Node, local: dict[int, Any]) -> Any:
-        if n.op == "const":
+        if n.op == Op.CONST:
             return np.full(n.shape, n.attrs[0], dtype=NUMPY_DTYPE[n.dtype])
         if n.op in ops.SCATTER:
             acc, upd = n.args
             dst = view(n)
             if _location(prog, n) != _location(prog, acc):
                 dst[...] = read(acc, local)
-            if n.op == "scatter":
+            if n.op == Op.SCATTER:
                 dst[ops._np_items(n.attrs)] = read(upd, local)
             else:
                 dst[ops._np_items(n.attrs)] += read(upd, local)
@@ -124,38 +125,35 @@ def run_program(prog: Program, args: Sequence[Any]) -> list[np.ndarray]:
     return outs
 
 
-_GATHERS = ("index", "transpose", "broadcast_to")
-
-
 def _run_loop(prog: Program, k, env, view, read) -> None:
     """One fused loop, element by element, exactly as the generated loop orders its memory
     accesses: operands in memory are loaded at the top of each iteration, stores follow."""
     members = {id(n) for n in k.body}
-    gathers = {id(n) for n in k.body if n.op in _GATHERS and n.args[0].shape != ()}
+    gathers = {id(n) for n in k.body if n.op in ops.GATHERS and n.args[0].shape != ()}
     acc: dict[int, Any] = {}
     for n in k.body:
-        if n.op == "reduce_sum":
+        if n.op == Op.REDUCE_SUM:
             acc[id(n)] = np.float64(0.0)
-        elif n.op == "reduce_max":
+        elif n.op == Op.REDUCE_MAX:
             acc[id(n)] = np.float64(-np.inf)
     for idx in np.ndindex(*k.space):
         flat = int(np.ravel_multi_index(idx, k.space)) if k.space else 0
         local: dict[int, Any] = {}
         for n in k.body:
-            if id(n) in gathers or (n.op in ("broadcast_to", "reshape") and n.args[0].shape == ()):
+            if id(n) in gathers or (n.op in ops.SCALAR_SPREADS and n.args[0].shape == ()):
                 continue
             for a in n.args:
                 if (
                     a.shape != ()
                     and id(a) not in members
-                    and a.op != "const"
+                    and a.op != Op.CONST
                     and id(a) not in local
                 ):
                     local[id(a)] = view(a).reshape(-1)[flat].copy()
         for n in k.body:
-            if n.op == "const":
+            if n.op == Op.CONST:
                 v = read(n, {}).reshape(-1)[0]
-            elif n.op in ("broadcast_to", "reshape") and n.args[0].shape == ():
+            elif n.op in ops.SCALAR_SPREADS and n.args[0].shape == ():
                 v = read(n.args[0], local)
             elif id(n) in gathers:
                 v = np.asarray(ops.OPS[n.op].ref(n.attrs, view(n.args[0])))[idx]
@@ -165,7 +163,7 @@ def _run_loop(prog: Program, k, env, view, read) -> None:
                     if id(n.args[0]) in local
                     else read(n.args[0], {}).reshape(-1)[flat]
                 )
-                acc[id(n)] = acc[id(n)] + x if n.op == "reduce_sum" else np.maximum(acc[id(n)], x)
+                acc[id(n)] = acc[id(n)] + x if n.op == Op.REDUCE_SUM else np.maximum(acc[id(n)], x)
                 continue
             else:
                 xs = [local[id(a)] if id(a) in local else read(a, {}) for a in n.args]

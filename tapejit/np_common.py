@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from . import ops
+from .ops import Op
 from .tracing import _UNSET, Tracer, _binary, _current, _fail, _setitem, _where, lift
 
 
@@ -47,7 +48,7 @@ def _like(value, a, dtype=None, shape=None) -> Tracer:
     elif isinstance(a, Tracer):
         kind = a.node.dtype
     v = lift(value)
-    if v.node.shape == () and v.node.op == "const":
+    if v.node.shape == () and v.node.op == Op.CONST:
         return Tracer(ops.const(v.node.attrs[0], shape, kind), _UNSET, len(_current.items))
     fill = Tracer(ops.const(0.0 if kind == "f64" else False, shape, kind), _UNSET, v.level)
     _setitem(fill, Ellipsis, v)
@@ -71,7 +72,7 @@ def _float_dtype(name: str, dtype) -> None:
         raise _fail(f"numpy.{name} with dtype={dtype} is not supported (traced values are float64)")
 
 
-def _masked(name: str, a, where, initial, identity: float, combine: str, has_identity=True):
+def _masked(name: str, a, where, initial, identity: float, combine: Op, has_identity=True):
     """``a`` with ``where=`` applied (masked-out elements become the reduction's ``identity``,
     so they change nothing) and a function combining ``initial=`` into every result element,
     as numpy's reductions define them. max/min have no identity (``has_identity=False``):

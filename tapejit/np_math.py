@@ -12,6 +12,7 @@ import numpy as np
 
 from .np_common import _axis, _float_dtype, _no_kwargs, _no_out, _t
 from .np_shape import _broadcast_to, _diagonal, _moveaxis, _squeeze, _stack
+from .ops import Op
 from .tracing import _binary, _fail, _matmul, _reduce, _reshape, _transpose, _unary, _where, lift
 
 
@@ -110,31 +111,64 @@ def _cross(a, b, axisa=-1, axisb=-1, axisc=-1, axis=None):
     return _moveaxis(c, -1, axisc)
 
 
+def _check_dots(term: str) -> None:
+    if term.count("...") > 1 or "." in term.replace("...", "", 1):
+        raise _fail(f"numpy.einsum: subscripts '{term}' have a '.' that is not one '...'")
+
+
+def _ellipsis_dims(term: str, ndim: int) -> int:
+    """How many dimensions the ``...`` of an einsum ``term`` stands for (0 without one)."""
+    _check_dots(term)
+    if "..." not in term:
+        return 0
+    if ndim < len(term) - 3:
+        raise _fail(f"numpy.einsum: operand has {ndim} dimensions, subscripts '{term}'")
+    return ndim - (len(term) - 3)
+
+
 def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
-    """``np.einsum`` for explicit and implicit subscripts without ellipses: a pairwise
-    contraction by :func:`_tensordot` when two operands share the summed indices, else the
-    broadcast product summed over the indices that do not appear in the output."""
+    """``np.einsum`` for explicit and implicit subscripts: the broadcast product of the
+    operands summed over the labels that do not appear in the output. ``...`` stands for the
+    dimensions a term's letters leave, as in numpy: those of all operands broadcast against
+    each other (right-aligned), and an implicit output starts with them."""
     _no_out(out, "einsum")
     _float_dtype("einsum", kw.pop("dtype", None))
     _no_kwargs("einsum", kw)
-    if not isinstance(subscripts, str) or "." in subscripts:
-        raise _fail("numpy.einsum with '...' or non-string subscripts is not supported")
+    if not isinstance(subscripts, str):
+        raise _fail("numpy.einsum with non-string subscripts is not supported")
     ops_ = [_t(o) for o in operands]
     spec = subscripts.replace(" ", "")
     ins, _, res = spec.partition("->")
     terms = ins.split(",")
     if len(terms) != len(ops_):
         raise _fail("numpy.einsum: more operands than subscripts or the other way round")
+    # each ellipsis becomes labels of its own (private-use characters: no subscript letter),
+    # the last ones for an operand with fewer broadcast dimensions than another
+    ell = [_ellipsis_dims(t, o.ndim) for t, o in zip(terms, ops_)]
+    batch = "".join(chr(0xE000 + k) for k in range(max(ell, default=0)))
+    terms = [t.replace("...", batch[len(batch) - e :]) for t, e in zip(terms, ell)]
     if "->" not in spec:
         counts = {c: ins.count(c) for c in ins if c.isalpha()}
-        res = "".join(sorted(c for c, k in counts.items() if k == 1))
+        res = batch + "".join(sorted(c for c, k in counts.items() if k == 1))
+    elif "..." in res:
+        _check_dots(res)
+        res = res.replace("...", batch)
+    elif batch:
+        raise _fail(
+            "numpy.einsum: output has more dimensions than subscripts given in einstein sum, "
+            "but no '...' ellipsis provided to broadcast the extra dimensions"
+        )
     letters = sorted({c for t in terms for c in t})
-    sizes: dict[str, int] = {}
+    sizes: dict[str, int] = {}  # numpy's rule: a label's sizes agree, or are 1 (broadcast)
     for t, o in zip(terms, ops_):
         if len(t) != o.ndim:
             raise _fail(f"numpy.einsum: operand has {o.ndim} dimensions, subscripts '{t}'")
         for c, d in zip(t, o.shape):
-            if sizes.setdefault(c, d) != d and d != 1:
+            if sizes.get(c, 1) == 1:
+                sizes[c] = d
+            elif d not in (1, sizes[c]):
+                if c in batch:
+                    raise _fail("numpy.einsum: operands could not be broadcast together")
                 raise _fail(f"numpy.einsum: size of label '{c}' does not match")
     # repeated letters within one term: take the diagonal first
     ops2, terms2 = [], []
@@ -152,11 +186,11 @@ def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
     for t, o in zip(terms2, ops2):
         perm = sorted(range(len(t)), key=lambda k: full.index(t[k]))
         o = _transpose(o, perm) if o.ndim > 1 else o
-        ts = "".join(t[k] for k in perm)
-        o = _reshape(o, tuple(sizes[c] if c in ts else 1 for c in full))
+        dims = {t[k]: d for k, d in zip(perm, o.shape)}
+        o = _reshape(o, tuple(dims.get(c, 1) for c in full))
         prod = o if prod is None else prod * o
     summed = tuple(k for k, c in enumerate(full) if c not in res)
-    r = _reduce("reduce_sum", prod, summed) if summed else prod
+    r = _reduce(Op.REDUCE_SUM, prod, summed) if summed else prod
     kept = [c for c in full if c in res]
     return _transpose(r, [kept.index(c) for c in res]) if r.ndim > 1 else r
 
@@ -194,12 +228,12 @@ def _arcsin(x):
     """asin(x) = atan2(x, sqrt((1 - x)(1 + x))): accurate up to |x| = 1 (the factored form keeps
     1 - x^2 exact there); NaN beyond, as numpy."""
     x = _t(x)
-    return _binary("arctan2", x, np.sqrt((1.0 - x) * (1.0 + x)))
+    return _binary(Op.ARCTAN2, x, np.sqrt((1.0 - x) * (1.0 + x)))
 
 
 def _arccos(x):
     x = _t(x)
-    return _binary("arctan2", np.sqrt((1.0 - x) * (1.0 + x)), x)
+    return _binary(Op.ARCTAN2, np.sqrt((1.0 - x) * (1.0 + x)), x)
 
 
 def _arccosh(x):
@@ -226,7 +260,7 @@ def _log10(x):
 
 def _logaddexp(a, b):
     a, b = lift(a), lift(b)
-    m = _binary("maximum", a, b)
+    m = _binary(Op.MAXIMUM, a, b)
     return m + np.log1p(np.exp(-abs(a - b)))
 
 
@@ -237,9 +271,9 @@ def _logaddexp2(a, b):
 def _hypot(a, b):
     """sqrt(a^2 + b^2) scaled by max(|a|, |b|) so neither overflows nor underflows."""
     a, b = abs(_t(a)), abs(_t(b))
-    m = _binary("maximum", a, b)
+    m = _binary(Op.MAXIMUM, a, b)
     s = _where(m > 0.0, m, 1.0)
-    q = _binary("minimum", a, b) / s
+    q = _binary(Op.MINIMUM, a, b) / s
     return _where(m > 0.0, m * np.sqrt(1.0 + q * q), 0.0)
 
 
@@ -252,12 +286,12 @@ def _sinc(x):
 
 def _fmax(a, b):
     a, b = _t(a), _t(b)
-    return _where(b != b, a, _where(a != a, b, _binary("maximum", a, b)))
+    return _where(b != b, a, _where(a != a, b, _binary(Op.MAXIMUM, a, b)))
 
 
 def _fmin(a, b):
     a, b = _t(a), _t(b)
-    return _where(b != b, a, _where(a != a, b, _binary("minimum", a, b)))
+    return _where(b != b, a, _where(a != a, b, _binary(Op.MINIMUM, a, b)))
 
 
 def _nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
@@ -280,9 +314,9 @@ def _clip(a, a_min=None, a_max=None, out=None, **kw):
     _no_kwargs("clip", kw)
     r = lift(a)
     if a_min is not None:
-        r = _binary("maximum", r, a_min)
+        r = _binary(Op.MAXIMUM, r, a_min)
     if a_max is not None:
-        r = _binary("minimum", r, a_max)
+        r = _binary(Op.MINIMUM, r, a_max)
     return r
 
 
@@ -292,7 +326,7 @@ def _norm(x, ord=None, axis=None, keepdims=False):
     x = _t(x)
     if axis is None and (x.ndim == 1 or ord is None):
         if ord is None or (x.ndim == 1 and ord == 2):
-            return np.sqrt(_reduce("reduce_sum", x * x, None, keepdims))
+            return np.sqrt(_reduce(Op.REDUCE_SUM, x * x, None, keepdims))
         axis = None
     if axis is not None and np.ndim(axis) == 0:
         axis = (axis,)
@@ -301,27 +335,27 @@ def _norm(x, ord=None, axis=None, keepdims=False):
         ax = None if axis is None else axis[0]
         a = abs(x)
         if ord in (None, 2):
-            return np.sqrt(_reduce("reduce_sum", x * x, ax, keepdims))
+            return np.sqrt(_reduce(Op.REDUCE_SUM, x * x, ax, keepdims))
         if ord == np.inf:
-            return _reduce("reduce_max", a, ax, keepdims)
+            return _reduce(Op.REDUCE_MAX, a, ax, keepdims)
         if ord == -np.inf:
-            return -_reduce("reduce_max", -a, ax, keepdims)
+            return -_reduce(Op.REDUCE_MAX, -a, ax, keepdims)
         if ord == 1:
-            return _reduce("reduce_sum", a, ax, keepdims)
+            return _reduce(Op.REDUCE_SUM, a, ax, keepdims)
         if ord == 0:
-            return _reduce("reduce_sum", (x != 0.0).astype(float), ax, keepdims)
+            return _reduce(Op.REDUCE_SUM, (x != 0.0).astype(float), ax, keepdims)
         p = float(ord)
-        return _reduce("reduce_sum", a**p, ax, keepdims) ** (1.0 / p)
+        return _reduce(Op.REDUCE_SUM, a**p, ax, keepdims) ** (1.0 / p)
     rows, cols = (0, 1) if axis is None else (_axis(axis[0], x.ndim), _axis(axis[1], x.ndim))
     if ord in (None, "fro"):
-        return np.sqrt(_reduce("reduce_sum", x * x, (rows, cols), keepdims))
+        return np.sqrt(_reduce(Op.REDUCE_SUM, x * x, (rows, cols), keepdims))
     a = abs(x)
     if ord in (1, -1):
-        s = _reduce("reduce_sum", a, rows, True)
-        r = _reduce("reduce_max", s if ord == 1 else -s, cols, True) * (1 if ord == 1 else -1)
+        s = _reduce(Op.REDUCE_SUM, a, rows, True)
+        r = _reduce(Op.REDUCE_MAX, s if ord == 1 else -s, cols, True) * (1 if ord == 1 else -1)
     elif ord in (np.inf, -np.inf):
-        s = _reduce("reduce_sum", a, cols, True)
-        r = _reduce("reduce_max", s if ord > 0 else -s, rows, True) * (1 if ord > 0 else -1)
+        s = _reduce(Op.REDUCE_SUM, a, cols, True)
+        r = _reduce(Op.REDUCE_MAX, s if ord > 0 else -s, rows, True) * (1 if ord > 0 else -1)
     else:
         raise _fail(f"numpy.linalg.norm with ord={ord!r} for matrices is not supported")
     return r if keepdims else _squeeze(r, (rows, cols))
@@ -337,7 +371,7 @@ def _expit(x):
 def _log_expit(x):
     """log(expit(x)) = -log1p(exp(-x)), stable for both signs."""
     x = _t(x)
-    return _binary("minimum", x, 0.0) - np.log1p(np.exp(-abs(x)))
+    return _binary(Op.MINIMUM, x, 0.0) - np.log1p(np.exp(-abs(x)))
 
 
 def _logit(p):
@@ -362,7 +396,7 @@ def _remainder(a, b):
     """numpy's ``mod``/``remainder``/``%``: ``fmod`` moved to the sign of ``b`` (numpy's own
     ``npy_divmod``), exact like it."""
     a, b = _t(a), _t(b)
-    m = _binary("fmod", a, b)
+    m = _binary(Op.FMOD, a, b)
     wrong_side = (m != 0.0) & ((b < 0.0) != (m < 0.0))
     return _where(wrong_side, m + b, m)
 
@@ -372,11 +406,11 @@ def _round(a, decimals=0, out=None):
     _no_out(out, "round")
     a = _t(a)
     if decimals == 0:
-        return _unary("rint", a)
+        return _unary(Op.RINT, a)
     scale = 10.0**decimals
     if decimals > 0:
-        return _unary("rint", a * scale) / scale
-    return _unary("rint", a / (1.0 / scale)) * (1.0 / scale)
+        return _unary(Op.RINT, a * scale) / scale
+    return _unary(Op.RINT, a / (1.0 / scale)) * (1.0 / scale)
 
 
 def _where_fn(c, x=None, y=None):

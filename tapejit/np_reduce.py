@@ -11,26 +11,27 @@ import numpy as np
 
 from .np_common import _axis, _float_dtype, _like, _masked, _no_kwargs, _no_out, _t
 from .np_shape import _concatenate, _expand_dims, _moveaxis, _squeeze, _stack
+from .ops import Op
 from .tracing import Tracer, _binary, _fail, _mean, _reduce, _reshape, _where, lift
 
 
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue, where=True):
     _no_out(out, "sum")
     _float_dtype("sum", dtype)
-    x, finish = _masked("sum", a, where, initial, 0.0, "add")
-    return finish(_reduce("reduce_sum", x, axis, keepdims))
+    x, finish = _masked("sum", a, where, initial, 0.0, Op.ADD)
+    return finish(_reduce(Op.REDUCE_SUM, x, axis, keepdims))
 
 
 def _max(a, axis=None, out=None, keepdims=False, initial=np._NoValue, where=True):
     _no_out(out, "max")
-    x, finish = _masked("max", a, where, initial, -np.inf, "maximum", has_identity=False)
-    return finish(_reduce("reduce_max", x, axis, keepdims))
+    x, finish = _masked("max", a, where, initial, -np.inf, Op.MAXIMUM, has_identity=False)
+    return finish(_reduce(Op.REDUCE_MAX, x, axis, keepdims))
 
 
 def _min(a, axis=None, out=None, keepdims=False, initial=np._NoValue, where=True):
     _no_out(out, "min")
-    x, finish = _masked("min", a, where, initial, np.inf, "minimum", has_identity=False)
-    return finish(-_reduce("reduce_max", -x, axis, keepdims))
+    x, finish = _masked("min", a, where, initial, np.inf, Op.MINIMUM, has_identity=False)
+    return finish(-_reduce(Op.REDUCE_MAX, -x, axis, keepdims))
 
 
 def _mean_fn(a, axis=None, dtype=None, out=None, keepdims=False, where=True):
@@ -40,8 +41,8 @@ def _mean_fn(a, axis=None, dtype=None, out=None, keepdims=False, where=True):
         return _mean(a, axis, keepdims)
     x = lift(a)
     mask = np.broadcast_to(where, x.shape) if not isinstance(where, Tracer) else where
-    count = _reduce("reduce_sum", _where(mask, 1.0, 0.0), axis, keepdims)
-    return _reduce("reduce_sum", _where(mask, x, 0.0), axis, keepdims) / count
+    count = _reduce(Op.REDUCE_SUM, _where(mask, 1.0, 0.0), axis, keepdims)
+    return _reduce(Op.REDUCE_SUM, _where(mask, x, 0.0), axis, keepdims) / count
 
 
 def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
@@ -54,7 +55,7 @@ def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
     d = a - m
     axes = range(a.ndim) if axis is None else ((axis,) if np.ndim(axis) == 0 else axis)
     n = math.prod(a.shape[_axis(k, a.ndim)] for k in axes)
-    return _reduce("reduce_sum", d * d, axis, keepdims) / float(max(n - ddof, 0))
+    return _reduce(Op.REDUCE_SUM, d * d, axis, keepdims) / float(max(n - ddof, 0))
 
 
 def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
@@ -75,12 +76,12 @@ def _average(a, axis=None, weights=None, returned=False, keepdims=False):
             ax = _axis(axis, a.ndim)
             w = _reshape(w, tuple(a.shape[ax] if i == ax else 1 for i in range(a.ndim)))
             w = np.broadcast_to(w, a.shape)
-        wsum = _reduce("reduce_sum", w, axis, keepdims)
-        avg = _reduce("reduce_sum", a * w, axis, keepdims) / wsum
+        wsum = _reduce(Op.REDUCE_SUM, w, axis, keepdims)
+        avg = _reduce(Op.REDUCE_SUM, a * w, axis, keepdims) / wsum
     return (avg, wsum) if returned else avg
 
 
-def _pairwise(a: Tracer, axis: int, op: str, identity: float) -> Tracer:
+def _pairwise(a: Tracer, axis: int, op: Op, identity: float) -> Tracer:
     """Reduce ``a`` along ``axis`` with ``op`` by halving: log2(n) vector steps (the product's
     gradient then needs no division, so zeros are exact)."""
     a = _moveaxis(a, axis, 0)
@@ -96,24 +97,24 @@ def _pairwise(a: Tracer, axis: int, op: str, identity: float) -> Tracer:
 def _prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue, where=True):
     _no_out(out, "prod")
     _float_dtype("prod", dtype)
-    a, finish = _masked("prod", a, where, initial, 1.0, "mul")
+    a, finish = _masked("prod", a, where, initial, 1.0, Op.MUL)
     return finish(_prod_all(a, axis, keepdims))
 
 
 def _prod_all(a, axis, keepdims):
     if axis is None:
-        r = _pairwise(_reshape(a, (-1,)), 0, "mul", 1.0)
+        r = _pairwise(_reshape(a, (-1,)), 0, Op.MUL, 1.0)
         return _reshape(r, (1,) * a.ndim) if keepdims else r
     axes = sorted({_axis(k, a.ndim) for k in ((axis,) if np.ndim(axis) == 0 else axis)})
     r = a
     for k in reversed(axes):
-        r = _pairwise(r, k, "mul", 1.0)
+        r = _pairwise(r, k, Op.MUL, 1.0)
     if keepdims:
         r = _reshape(r, tuple(1 if i in axes else d for i, d in enumerate(a.shape)))
     return r
 
 
-def _scan(a, axis, op: str, identity: float) -> Tracer:
+def _scan(a, axis, op: Op, identity: float) -> Tracer:
     """Inclusive prefix ``op`` along ``axis``: Hillis–Steele doubling, log2(n) shifted steps
     (Hillis & Steele, "Data parallel algorithms", CACM 1986)."""
     a = _t(a)
@@ -171,7 +172,7 @@ def _sort(a, axis=-1, kind=None, order=None, stable=None):
         while j >= 1:
             r = _reshape(x, lead + (size // (2 * j), 2, j))
             lo_in, hi_in = r[..., 0, :], r[..., 1, :]
-            lo, hi = _binary("minimum", lo_in, hi_in), _binary("maximum", lo_in, hi_in)
+            lo, hi = _binary(Op.MINIMUM, lo_in, hi_in), _binary(Op.MAXIMUM, lo_in, hi_in)
             # blocks whose bit k is set sort descending (the bitonic merge's direction)
             block = np.arange(size // (2 * j)) * 2 * j
             desc = np.broadcast_to(((block & k) != 0)[:, None], (size // (2 * j), j))
@@ -248,9 +249,9 @@ def _logsumexp(a, axis=0, dtype=None, out=None, keepdims=False, **kw):
     _no_out(out, "logaddexp.reduce")
     _no_kwargs("logaddexp.reduce", kw)
     a = _t(a)
-    m = _reduce("reduce_max", a, axis, True)
+    m = _reduce(Op.REDUCE_MAX, a, axis, True)
     safe = _where(abs(m) < np.inf, m, 0.0)
-    r = np.log(_reduce("reduce_sum", np.exp(a - safe), axis, True)) + safe
+    r = np.log(_reduce(Op.REDUCE_SUM, np.exp(a - safe), axis, True)) + safe
     return r if keepdims else _squeeze(r, range(a.ndim) if axis is None else axis)
 
 
@@ -267,4 +268,4 @@ def _trapezoid(y, x=None, dx=1.0, axis=-1):
         d = x[1:] - x[:-1] if x.ndim == 1 else x[hi] - x[lo]
         if x.ndim == 1 and y.ndim > 1:
             d = _reshape(d, tuple(-1 if i == axis else 1 for i in range(y.ndim)))
-    return _reduce("reduce_sum", (y[hi] + y[lo]) * d * 0.5, (axis,))
+    return _reduce(Op.REDUCE_SUM, (y[hi] + y[lo]) * d * 0.5, (axis,))

@@ -13,6 +13,7 @@ import numpy as np
 
 from . import ops
 from .np_common import _axis, _like, _no_kwargs, _no_out, _t, _zeros
+from .ops import Op
 from .tracing import _UNSET, Tracer, _copy, _fail, _reduce, _reshape, _setitem, _transpose, _where
 
 
@@ -312,7 +313,7 @@ def _diag(v, k=0):
 
 def _trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
     _no_out(out, "trace")
-    return _reduce("reduce_sum", _diagonal(a, offset, axis1, axis2), -1)
+    return _reduce(Op.REDUCE_SUM, _diagonal(a, offset, axis1, axis2), -1)
 
 
 def _tri_mask(shape, k, lower):

@@ -133,6 +133,7 @@ from .np_shape import (
 from .np_shape import advanced_getitem as advanced_getitem
 from .np_shape import advanced_setitem as advanced_setitem
 from .np_shape import is_basic_key as is_basic_key
+from .ops import Op
 from .tracing import Tracer, _binary, _copy, _power, _reshape, _transpose, _unary, lift
 
 UFUNCS: dict[str, Callable[..., Tracer]] = {
@@ -143,8 +144,8 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "float_power": _power,
     "matmul": _matmul_nd,
     "positive": lift,
-    "square": lambda x: _binary("mul", x, x),
-    "reciprocal": lambda x: _binary("div", 1.0, x),
+    "square": lambda x: _binary(Op.MUL, x, x),
+    "reciprocal": lambda x: _binary(Op.DIV, 1.0, x),
     "logaddexp": _logaddexp,
     "logaddexp2": _logaddexp2,
     "sinh": _sinh,
@@ -166,7 +167,7 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "fmax": _fmax,
     "fmin": _fmin,
     "heaviside": _heaviside,
-    "logical_xor": lambda a, b: _binary("ne", _t(a) != 0.0, _t(b) != 0.0),
+    "logical_xor": lambda a, b: _binary(Op.NE, _t(a) != 0.0, _t(b) != 0.0),
     "remainder": _remainder,
     "isnan": lambda x: _t(x) != _t(x),
     "isinf": lambda x: abs(_t(x)) == np.inf,
@@ -180,10 +181,10 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "logit": _logit,
     "xlogy": _xlogy,
     "xlog1py": _xlog1py,
-    "erf": functools.partial(_unary, "erf"),
-    "gammaln": functools.partial(_unary, "gammaln"),
-    "psi": functools.partial(_unary, "digamma"),  # scipy.special.digamma is psi
-    "erfc": functools.partial(_unary, "erfc"),
+    "erf": functools.partial(_unary, Op.ERF),
+    "gammaln": functools.partial(_unary, Op.GAMMALN),
+    "psi": functools.partial(_unary, Op.DIGAMMA),  # scipy.special.digamma is psi
+    "erfc": functools.partial(_unary, Op.ERFC),
 }  # fmt: skip
 
 #: numpy ufunc methods other than ``__call__``: (ufunc name, method) -> implementation
@@ -193,8 +194,8 @@ UFUNC_METHODS: dict[tuple[str, str], Callable[..., Tracer]] = {
     ("maximum", "reduce"): lambda a, axis=0, dtype=None, out=None, keepdims=False, **kw: _max(a, axis, out, keepdims, **kw),
     ("minimum", "reduce"): lambda a, axis=0, dtype=None, out=None, keepdims=False, **kw: _min(a, axis, out, keepdims, **kw),
     ("logaddexp", "reduce"): _logsumexp,
-    ("add", "accumulate"): lambda a, axis=0, dtype=None, out=None: _no_out(out, "add.accumulate") or _scan(a, axis, "add", 0.0),
-    ("multiply", "accumulate"): lambda a, axis=0, dtype=None, out=None: _no_out(out, "multiply.accumulate") or _scan(a, axis, "mul", 1.0),
+    ("add", "accumulate"): lambda a, axis=0, dtype=None, out=None: _no_out(out, "add.accumulate") or _scan(a, axis, Op.ADD, 0.0),
+    ("multiply", "accumulate"): lambda a, axis=0, dtype=None, out=None: _no_out(out, "multiply.accumulate") or _scan(a, axis, Op.MUL, 1.0),
 }  # fmt: skip
 
 FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
@@ -208,8 +209,8 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.std: _std,
     np.average: _average,
     np.prod: _prod,
-    np.cumsum: lambda a, axis=None, dtype=None, out=None: _no_out(out, "cumsum") or _float_dtype("cumsum", dtype) or _scan(a, axis, "add", 0.0),
-    np.cumprod: lambda a, axis=None, dtype=None, out=None: _no_out(out, "cumprod") or _float_dtype("cumprod", dtype) or _scan(a, axis, "mul", 1.0),
+    np.cumsum: lambda a, axis=None, dtype=None, out=None: _no_out(out, "cumsum") or _float_dtype("cumsum", dtype) or _scan(a, axis, Op.ADD, 0.0),
+    np.cumprod: lambda a, axis=None, dtype=None, out=None: _no_out(out, "cumprod") or _float_dtype("cumprod", dtype) or _scan(a, axis, Op.MUL, 1.0),
     np.diff: _diff,
     np.dot: _dot,
     np.matmul: _matmul_nd,
@@ -237,7 +238,7 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.clip: _clip,
     np.nan_to_num: _nan_to_num,
     np.round: _round,
-    np.fix: lambda x, out=None: _unary("trunc", _t(x)),
+    np.fix: lambda x, out=None: _unary(Op.TRUNC, _t(x)),
     np.around: _round,
     np.sinc: _sinc,
     np.copy: lambda a, order="K", subok=False: _copy(a),

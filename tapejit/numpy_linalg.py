@@ -26,6 +26,7 @@ import numpy as np
 
 from .np_common import _like, _t
 from .np_shape import _concatenate, _stack
+from .ops import Op
 from .tracing import _fail, _reduce, _reshape, _where
 
 
@@ -54,11 +55,11 @@ def _lu(m):
     sign = 1.0
     for k in range(n - 1):
         col = abs(m[k:, k])
-        big = col == _reduce("reduce_max", col)
+        big = col == _reduce(Op.REDUCE_MAX, col)
         # the first row of largest magnitude: an exclusive prefix count of earlier maxima is 0
         count = np.cumsum(big.astype(float))
         first = big & (count == 1.0)
-        pivot = _reduce("reduce_sum", _where(first[:, None], m[k:], 0.0), (0,))
+        pivot = _reduce(Op.REDUCE_SUM, _where(first[:, None], m[k:], 0.0), (0,))
         rest = _where(first[:, None], m[k : k + 1], m[k:])  # the pivot row's old place gets row k
         sign = sign * _where(first[0], 1.0, -1.0)
         rows = _concatenate([pivot[None, :], rest[1:]], 0)
@@ -123,7 +124,7 @@ def _slogdet2(a):
     n = a.shape[0]
     diag = _stack([m[i, i] for i in range(n)])
     s = sign * np.prod(np.sign(diag))
-    return s, _reduce("reduce_sum", np.log(abs(diag)))
+    return s, _reduce(Op.REDUCE_SUM, np.log(abs(diag)))
 
 
 def slogdet(a):

@@ -34,14 +34,93 @@ from . import ir
 from .ir import Node, Type
 
 # ----------------------------------------------------------------------------------------------
-# Groups
+# Names and groups
+
+
+class Op(enum.StrEnum):
+    """The primitives' names: ``Op.EXP == "exp"``. Code names an op through this enum, never by
+    a string literal (``n.op == Op.CONST``, ``make(Op.ADD, x, y)``; passes match on the group
+    tuples below where one fits); tests/test_registry.py rejects a comparison of ``.op`` with a
+    string. A ``StrEnum``: a node's ``op`` (the plain string, which the printed IR and the cache
+    key show) compares and hashes equal to its member. Each member is defined by one
+    :func:`defop` block below; the import fails if a member has no block or a block no member.
+    """
+
+    # elementwise unary (float -> float)
+    NEG = "neg"
+    EXP = "exp"
+    LOG = "log"
+    LOG1P = "log1p"
+    EXPM1 = "expm1"
+    SQRT = "sqrt"
+    SIN = "sin"
+    COS = "cos"
+    TANH = "tanh"
+    ARCTAN = "arctan"
+    ERF = "erf"
+    ERFC = "erfc"
+    GAMMALN = "gammaln"
+    DIGAMMA = "digamma"
+    ABS = "abs"
+    SIGN = "sign"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    RINT = "rint"
+    TRUNC = "trunc"
+    # elementwise binary
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    POW = "pow"
+    ARCTAN2 = "arctan2"
+    FMOD = "fmod"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    # comparisons
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    EQ = "eq"
+    NE = "ne"
+    # logic
+    AND = "and"
+    OR = "or"
+    NOT = "not"
+    # select
+    WHERE = "where"
+    # cast
+    CAST = "cast"
+    # reductions
+    REDUCE_SUM = "reduce_sum"
+    REDUCE_MAX = "reduce_max"
+    # shapes
+    BROADCAST_TO = "broadcast_to"
+    RESHAPE = "reshape"
+    TRANSPOSE = "transpose"
+    # indexing
+    INDEX = "index"
+    SCATTER_ADD = "scatter_add"
+    SCATTER = "scatter"
+    # linear algebra
+    MATMUL = "matmul"
+    # control
+    LOOP = "loop"
+    # leaves (graph inputs and constants)
+    INPUT = "input"
+    CONST = "const"
+
+
+#: The leaves' plain names, which :func:`const` and :func:`input_node` give their nodes.
+_INPUT, _CONST = str(Op.INPUT), str(Op.CONST)
 
 #: Binary ops whose operands may be swapped: IEEE add and mul are commutative bit for bit, and
 #: ``maximum``/``minimum`` are lowered to ``llvm.maximum``/``llvm.minimum``, which order signed
 #: zeros (numpy's reference returns its second operand on a tie, so ``maximum(0.0, -0.0)`` may
 #: differ in the sign of zero there). The IR puts their operands in a canonical order at
 #: construction (:class:`tapejit.ir.Node`).
-COMMUTATIVE = ("add", "mul", "maximum", "minimum", "eq", "ne", "and", "or")
+COMMUTATIVE = (Op.ADD, Op.MUL, Op.MAXIMUM, Op.MINIMUM, Op.EQ, Op.NE, Op.AND, Op.OR)
 
 
 class RuleError(NotImplementedError):
@@ -84,7 +163,7 @@ OPS: dict[str, OpDef] = {}
 
 
 def defop(
-    name: str,
+    name: Op | str,
     group: str,
     arity: int,
     type_rule: Callable,
@@ -96,10 +175,16 @@ def defop(
     identity: float | None = None,
     differentiable: bool = True,
 ) -> None:
-    """Define primitive ``name`` (see :class:`OpDef`); a piecewise-constant op gets the rule
-    that no cotangent flows."""
+    """Define primitive ``name``, a member of :class:`Op` (see :class:`OpDef`); a
+    piecewise-constant op gets the rule that no cotangent flows. The table is keyed by the plain
+    name (``OPS["exp"]``; a member finds its row too: ``OPS[Op.EXP]``)."""
+    name = str(name)  # the plain string, as nodes and the printed IR carry it
     if name in OPS:
         raise ValueError(f"op {name!r} is defined twice")
+    if name not in set(Op):
+        raise ValueError(
+            f"op {name!r} has no member in tapejit.ops.Op: add {name.upper()} = {name!r} to it"
+        )
     if not differentiable:
         vjp = _NO_COTANGENT
     OPS[name] = OpDef(name, group, arity, type_rule, ref, vjp, tuple(numpy), cost, identity,
@@ -295,7 +380,7 @@ def _leaf(types, attrs):
     raise ValueError("leaf nodes are built directly")
 
 
-def type_rule(op: str, types: tuple[Type, ...], attrs: tuple) -> Type:
+def type_rule(op: Op | str, types: tuple[Type, ...], attrs: tuple) -> Type:
     """Result type of ``op`` on arguments of ``types``; raises on a bad combination."""
     row = OPS.get(op)
     if row is None:
@@ -312,10 +397,17 @@ ir.commutative = frozenset(COMMUTATIVE)
 # Builders: the one way the front end makes nodes.
 
 
-def make(op: str, *args: Node, attrs: tuple = ()) -> Node:
+def make(op: Op | str, *args: Node, attrs: tuple = ()) -> Node:
     """The node ``op(*args)``, typed by the op's rule (so :func:`tapejit.ir.verify` need not
-    check it again)."""
-    node = Node(op, args, attrs, type_rule(op, tuple([a.type for a in args]), attrs))
+    check it again). The node's ``op`` is the plain name (``"exp"`` for ``Op.EXP``), so a node
+    is the same object and prints the same however its op was named."""
+    row = OPS.get(op)  # type_rule, inlined: one table lookup per node built
+    if row is None:
+        raise RuleError(f"unknown op {op!r}")
+    types = tuple([a.type for a in args])
+    if row.arity >= 0 and row.arity != len(types):
+        raise ValueError(f"{op} takes {row.arity} operands, got {len(types)}")
+    node = Node(row.name, args, attrs, row.type_rule(types, attrs))
     ir.mark_verified(node)
     return node
 
@@ -323,20 +415,25 @@ def make(op: str, *args: Node, attrs: tuple = ()) -> Node:
 def const(value: float, shape: tuple[int, ...] = (), dtype: str = "f64") -> Node:
     """A constant filled with ``value`` (a scalar when ``shape == ()``)."""
     value = bool(value) if dtype == "bool" else float(value)
-    return Node("const", (), (value,), Type(tuple(shape), dtype))
+    return Node(_CONST, (), (value,), Type(tuple(shape), dtype))
+
+
+def input_node(position: int, name: str, t: Type) -> Node:
+    """A graph input: a leaf at ``position`` in its graph's inputs, called ``name``."""
+    return Node(_INPUT, (), (position, name), t)
 
 
 def is_const(x: Node, value: float | None = None) -> bool:
-    return x.op == "const" and (value is None or x.attrs[0] == value)
+    return x.op == Op.CONST and (value is None or x.attrs[0] == value)
 
 
 def broadcast_to(x: Node, shape: tuple[int, ...]) -> Node:
     shape = tuple(shape)
     if x.shape == shape:
         return x
-    if x.op == "const":
+    if x.op == Op.CONST:
         return const(x.attrs[0], shape, x.dtype)
-    return make("broadcast_to", x, attrs=(shape,))
+    return make(Op.BROADCAST_TO, x, attrs=(shape,))
 
 
 def _bcast(*xs: Node) -> tuple[Node, ...]:
@@ -349,52 +446,52 @@ def _bcast(*xs: Node) -> tuple[Node, ...]:
 
 
 def _float(x: Node) -> Node:
-    return make("cast", x, attrs=("f64",)) if x.dtype != "f64" else x
+    return make(Op.CAST, x, attrs=("f64",)) if x.dtype != "f64" else x
 
 
-def elementwise(op: str, *args: Node) -> Node:
+def elementwise(op: Op | str, *args: Node) -> Node:
     """``op`` with numpy broadcasting and numpy's promotion of bool operands to float.
     ``x * 1`` is ``x`` when ``x`` has the result's shape (exact in IEEE arithmetic): reverse
     mode seeds the cotangent with ones, and a product with them would otherwise be removed only
     by the simplifier, which then rebuilds every node downstream of it."""
-    if op in BINARY or op in UNARY or op in COMPARE:
+    if op in _FLOAT_OPERANDS:
         args = tuple(_float(a) for a in args)
-    if op == "mul":
+    if op == Op.MUL:
         x, y = args
         if is_const(y, 1.0) and x.shape == np.broadcast_shapes(x.shape, y.shape):
             return x
         if is_const(x, 1.0) and y.shape == np.broadcast_shapes(x.shape, y.shape):
             return y
-    elif op == "where":
+    elif op == Op.WHERE:
         c, a, b = args
         if c.dtype != "bool":
-            c = make("ne", _float(c), const(0.0))
+            c = make(Op.NE, _float(c), const(0.0))
         args = (c, _float(a), _float(b))
     return make(op, *_bcast(*args))
 
 
 def add(a, b):
-    return elementwise("add", a, b)
+    return elementwise(Op.ADD, a, b)
 
 
 def sub(a, b):
-    return elementwise("sub", a, b)
+    return elementwise(Op.SUB, a, b)
 
 
 def mul(a, b):
-    return elementwise("mul", a, b)
+    return elementwise(Op.MUL, a, b)
 
 
 def div(a, b):
-    return elementwise("div", a, b)
+    return elementwise(Op.DIV, a, b)
 
 
 def neg(a):
-    return elementwise("neg", a)
+    return elementwise(Op.NEG, a)
 
 
 def where(c, a, b):
-    return elementwise("where", c, a, b)
+    return elementwise(Op.WHERE, c, a, b)
 
 
 def power(x: Node, y: Node) -> Node:
@@ -413,11 +510,11 @@ def power(x: Node, y: Node) -> Node:
                 base = mul(base, base)
         return div(const(1.0), result) if n < 0 else result
     if is_const(y, 0.5) and y.shape == ():
-        return elementwise("sqrt", x)
-    return elementwise("pow", x, y)
+        return elementwise(Op.SQRT, x)
+    return elementwise(Op.POW, x, y)
 
 
-def reduce(op: str, x: Node, axes: tuple[int, ...] | None = None) -> Node:
+def reduce(op: Op | str, x: Node, axes: tuple[int, ...] | None = None) -> Node:
     axes = tuple(range(x.ndim)) if axes is None else tuple(sorted(set(axes)))
     if not axes:
         return x
@@ -428,20 +525,20 @@ def reshape(x: Node, shape: tuple[int, ...]) -> Node:
     """``x`` viewed with ``shape``; a reshape of a reshape is one reshape of the original, and
     of a constant fill a fill."""
     shape = tuple(shape)
-    if x.op == "const":
+    if x.op == Op.CONST:
         return const(x.attrs[0], shape, x.dtype)
-    if x.op == "reshape":
+    if x.op == Op.RESHAPE:
         x = x.args[0]
-    return x if x.shape == shape else make("reshape", x, attrs=(shape,))
+    return x if x.shape == shape else make(Op.RESHAPE, x, attrs=(shape,))
 
 
 def transpose(x: Node, perm: tuple[int, ...] | None = None) -> Node:
     perm = tuple(reversed(range(x.ndim))) if perm is None else tuple(perm)
-    return x if perm == tuple(range(x.ndim)) else make("transpose", x, attrs=(perm,))
+    return x if perm == tuple(range(x.ndim)) else make(Op.TRANSPOSE, x, attrs=(perm,))
 
 
 def index(x: Node, items: tuple) -> Node:
-    return make("index", x, attrs=items) if items else x
+    return make(Op.INDEX, x, attrs=items) if items else x
 
 
 def matmul(a: Node, b: Node) -> Node:
@@ -453,8 +550,8 @@ def matmul(a: Node, b: Node) -> Node:
     if a.shape[-1] != b.shape[0]:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} are not aligned")
     if a.ndim == 1 and b.ndim == 1:
-        return reshape(make("matmul", reshape(a, (1, a.shape[0])), b), ())
-    return make("matmul", a, b)
+        return reshape(make(Op.MATMUL, reshape(a, (1, a.shape[0])), b), ())
+    return make(Op.MATMUL, a, b)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -499,8 +596,8 @@ def _one_minus_sq(y):
 def _max_vjp(g, out, x, y, pick):
     """Cotangents of maximum/minimum: to the selected side; ties split evenly (as JAX)."""
     half = mul(g, const(0.5))
-    gx = where(elementwise(pick, x, y), g, where(elementwise("eq", x, y), half, const(0.0)))
-    gy = where(elementwise(pick, y, x), g, where(elementwise("eq", x, y), half, const(0.0)))
+    gx = where(elementwise(pick, x, y), g, where(elementwise(Op.EQ, x, y), half, const(0.0)))
+    gy = where(elementwise(pick, y, x), g, where(elementwise(Op.EQ, x, y), half, const(0.0)))
     return gx, gy
 
 
@@ -516,8 +613,9 @@ def _reduce_sum_vjp(g, out, x):
 def _reduce_max_vjp(g, out, x):
     (axes,) = out.attrs
     keep = _keepdims(x.shape, axes)
-    mask = make("cast", elementwise("eq", x, broadcast_to(reshape(out, keep), x.shape)), attrs=("f64",))
-    count = reduce("reduce_sum", mask, axes)
+    eq = elementwise(Op.EQ, x, broadcast_to(reshape(out, keep), x.shape))
+    mask = make(Op.CAST, eq, attrs=("f64",))
+    count = reduce(Op.REDUCE_SUM, mask, axes)
     share = broadcast_to(reshape(div(g, count), keep), x.shape)
     # share * indicator (as JAX): where the maximum is NaN no element equals it, count is 0 and
     # the gradient is NaN (0 * inf), not a silent 0
@@ -529,20 +627,20 @@ def _broadcast_vjp(g, out, x):
     axes = tuple(range(lead)) + tuple(
         lead + i for i, d in enumerate(x.shape) if d == 1 and out.shape[lead + i] != 1
     )
-    return (reshape(reduce("reduce_sum", g, axes), x.shape),)
+    return (reshape(reduce(Op.REDUCE_SUM, g, axes), x.shape),)
 
 
 def _pow_vjp(g, out, x, y):
     gx = mul(g, mul(y, power(x, sub(y, const(1.0)) if not is_const(y) else const(y.attrs[0] - 1))))
     # d(x**y)/dy = log(x) * x**y, which is 0 where x**y is 0 (0**y for y > 0), not NaN
-    dy = where(elementwise("eq", out, const(0.0)), const(0.0), mul(elementwise("log", x), out))
+    dy = where(elementwise(Op.EQ, out, const(0.0)), const(0.0), mul(elementwise(Op.LOG, x), out))
     gy = None if is_const(y) else mul(g, dy)
     return gx, gy
 
 
 def _gauss(x: Node) -> Node:
     """d erf(x) / dx = 2 / sqrt(pi) * exp(-x^2)."""
-    return mul(const(2.0 / math.sqrt(math.pi)), elementwise("exp", neg(mul(x, x))))
+    return mul(const(2.0 / math.sqrt(math.pi)), elementwise(Op.EXP, neg(mul(x, x))))
 
 
 def _trigamma(x: Node) -> Node:
@@ -550,7 +648,7 @@ def _trigamma(x: Node) -> Node:
     psi'(x) = sum_{k<10} 1/(x+k)^2 + psi'(x+10), the asymptotic series 1/y + 1/(2y^2) +
     sum B_2k / y^(2k+1) at y = x + 10, and the reflection psi'(x) = pi^2 / sin^2(pi x) -
     psi'(1 - x) for x < 0."""
-    neg = elementwise("lt", x, const(0.0))
+    neg = elementwise(Op.LT, x, const(0.0))
     xr = where(neg, sub(const(1.0), x), x)
     acc = None
     for k in range(10):
@@ -564,7 +662,7 @@ def _trigamma(x: Node) -> Node:
         series = add(mul(series, z), const(c))
     asym = add(add(iy, mul(const(0.5), z)), mul(mul(z, iy), series))
     pos = add(acc, asym)
-    s = elementwise("sin", mul(const(math.pi), x))
+    s = elementwise(Op.SIN, mul(const(math.pi), x))
     refl = sub(div(const(math.pi**2), mul(s, s)), pos)
     return where(neg, refl, pos)
 
@@ -662,10 +760,6 @@ class LoopSpec:
     vjp: LoopVJP | None = None
     _repr: list = field(default_factory=list, compare=False, repr=False)
 
-    @property
-    def n_params(self) -> int:
-        return len(self.body.inputs) - 1 - self.n_carry - self.n_xs
-
     def __repr__(self) -> str:
         # deterministic and unique per body (CSE keys, kernel keys and the cache key print it)
         if not self._repr:
@@ -720,7 +814,7 @@ def loop_layout(spec: LoopSpec) -> LoopLayout:
 
 
 #: Ops that compute nothing (views): not worth hoisting out of a loop body on their own.
-_FREE = ("reshape",)
+_FREE = (Op.RESHAPE,)
 
 
 def hoist_invariants(
@@ -738,15 +832,15 @@ def hoist_invariants(
     invariant = {id(p) for p in pin}
     nodes = body.nodes
     for n in nodes:
-        if n.op == "const" or (
-            n.op != "input" and n.args and all(id(a) in invariant for a in n.args)
+        if n.op == Op.CONST or (
+            n.op != Op.INPUT and n.args and all(id(a) in invariant for a in n.args)
         ):
             invariant.add(id(n))
     frontier: list[Node] = []
     seen: set[int] = set()
 
     def visit(a: Node) -> None:
-        if id(a) in invariant and a.op not in ("input", "const") and id(a) not in seen:
+        if id(a) in invariant and a.op not in LEAF and id(a) not in seen:
             if a.op in _FREE:  # hoist what the view reads, keep the view in the body
                 return visit(a.args[0])
             seen.add(id(a))
@@ -762,9 +856,7 @@ def hoist_invariants(
         return body, list(params)
     outer = ir.substitute(tuple(frontier), {id(p): q for p, q in zip(pin, params)})
     start = len(body.inputs)
-    new_in = [
-        Node("input", (), (start + k, f"{prefix}h{k}"), n.type) for k, n in enumerate(frontier)
-    ]
+    new_in = [input_node(start + k, f"{prefix}h{k}", n.type) for k, n in enumerate(frontier)]
     outs = ir.substitute(body.outputs, {id(n): m for n, m in zip(frontier, new_in)})
     inputs = body.inputs + tuple(new_in)
     g = ir.Graph(body.name, inputs, ("inactive",) * len(inputs), outs)
@@ -774,7 +866,7 @@ def hoist_invariants(
 def extend_inputs(g: ir.Graph, types: list[Type], prefix: str) -> ir.Graph:
     """``g`` with unused inputs of ``types`` appended (a sub-graph taking a loop's new params)."""
     start = len(g.inputs)
-    extra = tuple(Node("input", (), (start + k, f"{prefix}e{k}"), t) for k, t in enumerate(types))
+    extra = tuple(input_node(start + k, f"{prefix}e{k}", t) for k, t in enumerate(types))
     return g.replace(inputs=g.inputs + extra, kinds=g.kinds + ("inactive",) * len(extra))
 
 
@@ -810,7 +902,7 @@ def eval_graph(g: ir.Graph, values: list) -> list:
         for n in g.nodes:
             if id(n) in env:
                 continue
-            if n.op == "const":
+            if n.op == Op.CONST:
                 env[id(n)] = np.full(n.shape, n.attrs[0], dtype=ir.NUMPY_DTYPE[n.dtype])
             else:
                 env[id(n)] = np.asarray(
@@ -887,7 +979,7 @@ def _loop_vjp(g, out, *args):
         reverse=not spec.reverse,
         dynamic=True,
     )
-    bwd = make("loop", steps, *ct_c, *acc0, *res, *ct_y, *xs, *bparams, attrs=(bspec,))
+    bwd = make(Op.LOOP, steps, *ct_c, *acc0, *res, *ct_y, *xs, *bparams, attrs=(bspec,))
     blay = loop_layout(bspec)
     ct_init = [segment(bwd, s) for s in blay.carries[: spec.n_carry]]
     accs = iter(segment(bwd, s) for s in blay.carries[spec.n_carry :])
@@ -901,127 +993,132 @@ def _loop_vjp(g, out, *args):
 
 
 # ----------------------------------------------------------------------------------------------
-# The table: one block per primitive. Adding an op is one block here plus its row in each codegen
-# registry (codegen/lower.py EMIT or LOWER, codegen/mathlib.py MATH for polynomial math);
-# tests/test_registry.py names any layer without a row for an op.
+# The table: one block per primitive. Adding an op is its member of Op, one block here and its row
+# in each codegen registry (codegen/lower.py EMIT or LOWER, codegen/mathlib.py MATH for polynomial
+# math); tests/test_registry.py names any layer without a row for an op.
 
 # fmt: off
 _E = _ew_ref
 _MATH_COST = 20  # a polynomial exp/log/sin...: ~15-25 vector adds per element
 
 # -- elementwise unary (float -> float)
-defop("neg", "unary", 1, _arith, _E(np.negative), lambda g, out, x: (neg(g),),
+defop(Op.NEG, "unary", 1, _arith, _E(np.negative), lambda g, out, x: (neg(g),),
       numpy=("negative",))
-defop("exp", "unary", 1, _arith, _E(np.exp), lambda g, out, x: (mul(g, out),),
+defop(Op.EXP, "unary", 1, _arith, _E(np.exp), lambda g, out, x: (mul(g, out),),
       numpy=("exp",), cost=_MATH_COST)
-defop("log", "unary", 1, _arith, _E(np.log), lambda g, out, x: (div(g, x),),
+defop(Op.LOG, "unary", 1, _arith, _E(np.log), lambda g, out, x: (div(g, x),),
       numpy=("log",), cost=_MATH_COST)
-defop("log1p", "unary", 1, _arith, _E(np.log1p), lambda g, out, x: (div(g, add(x, const(1.0))),),
+defop(Op.LOG1P, "unary", 1, _arith, _E(np.log1p), lambda g, out, x: (div(g, add(x, const(1.0))),),
       numpy=("log1p",), cost=_MATH_COST)
-defop("expm1", "unary", 1, _arith, _E(np.expm1), lambda g, out, x: (mul(g, add(out, const(1.0))),),
+defop(Op.EXPM1, "unary", 1, _arith, _E(np.expm1), lambda g, out, x: (mul(g, add(out, const(1.0))),),
       numpy=("expm1",), cost=_MATH_COST)
-defop("sqrt", "unary", 1, _arith, _E(np.sqrt), lambda g, out, x: (div(mul(g, const(0.5)), out),),
+defop(Op.SQRT, "unary", 1, _arith, _E(np.sqrt), lambda g, out, x: (div(mul(g, const(0.5)), out),),
       numpy=("sqrt",), cost=4)
-defop("sin", "unary", 1, _arith, _E(np.sin), lambda g, out, x: (mul(g, elementwise("cos", x)),),
+defop(Op.SIN, "unary", 1, _arith, _E(np.sin), lambda g, out, x: (mul(g, elementwise(Op.COS, x)),),
       numpy=("sin",), cost=_MATH_COST)
-defop("cos", "unary", 1, _arith, _E(np.cos), lambda g, out, x: (neg(mul(g, elementwise("sin", x))),),
-      numpy=("cos",), cost=_MATH_COST)
-defop("tanh", "unary", 1, _arith, _E(np.tanh), lambda g, out, x: (mul(g, _one_minus_sq(out)),),
+defop(Op.COS, "unary", 1, _arith, _E(np.cos),
+      lambda g, out, x: (neg(mul(g, elementwise(Op.SIN, x))),), numpy=("cos",), cost=_MATH_COST)
+defop(Op.TANH, "unary", 1, _arith, _E(np.tanh), lambda g, out, x: (mul(g, _one_minus_sq(out)),),
       numpy=("tanh",), cost=_MATH_COST)
-defop("arctan", "unary", 1, _arith, _E(np.arctan),
+defop(Op.ARCTAN, "unary", 1, _arith, _E(np.arctan),
       lambda g, out, x: (div(g, add(const(1.0), mul(x, x))),), numpy=("arctan",), cost=_MATH_COST)
 # the error function and its complement (scipy.special.erf/erfc: not numpy ufuncs)
-defop("erf", "unary", 1, _arith, lambda a, x: _special("erf")(x),
+defop(Op.ERF, "unary", 1, _arith, lambda a, x: _special("erf")(x),
       lambda g, out, x: (mul(g, _gauss(x)),), cost=_MATH_COST)
-defop("erfc", "unary", 1, _arith, lambda a, x: _special("erfc")(x),
+defop(Op.ERFC, "unary", 1, _arith, lambda a, x: _special("erfc")(x),
       lambda g, out, x: (neg(mul(g, _gauss(x))),), cost=_MATH_COST)
 # log |Gamma(x)| and its derivative, digamma (scipy.special.gammaln / digamma / psi)
-defop("gammaln", "unary", 1, _arith, lambda a, x: _special("gammaln")(x),
-      lambda g, out, x: (mul(g, elementwise("digamma", x)),), cost=_MATH_COST)
-defop("digamma", "unary", 1, _arith, lambda a, x: _special("digamma")(x),
+defop(Op.GAMMALN, "unary", 1, _arith, lambda a, x: _special("gammaln")(x),
+      lambda g, out, x: (mul(g, elementwise(Op.DIGAMMA, x)),), cost=_MATH_COST)
+defop(Op.DIGAMMA, "unary", 1, _arith, lambda a, x: _special("digamma")(x),
       lambda g, out, x: (mul(g, _trigamma(x)),), cost=_MATH_COST)
-defop("abs", "unary", 1, _arith, _E(np.abs), lambda g, out, x: (mul(g, elementwise("sign", x)),),
+defop(Op.ABS, "unary", 1, _arith, _E(np.abs), lambda g, out, x: (mul(g, elementwise(Op.SIGN, x)),),
       numpy=("absolute", "fabs"))
-defop("sign", "unary", 1, _arith, _E(np.sign), None, numpy=("sign",), differentiable=False)
+defop(Op.SIGN, "unary", 1, _arith, _E(np.sign), None, numpy=("sign",), differentiable=False)
 # rounding: piecewise constant (their derivative is 0 where it exists, as for int())
-defop("floor", "unary", 1, _arith, _E(np.floor), None, numpy=("floor",), differentiable=False)
-defop("ceil", "unary", 1, _arith, _E(np.ceil), None, numpy=("ceil",), differentiable=False)
-defop("rint", "unary", 1, _arith, _E(np.rint), None, numpy=("rint",), differentiable=False)
-defop("trunc", "unary", 1, _arith, _E(np.trunc), None, numpy=("trunc",), differentiable=False)
+defop(Op.FLOOR, "unary", 1, _arith, _E(np.floor), None, numpy=("floor",), differentiable=False)
+defop(Op.CEIL, "unary", 1, _arith, _E(np.ceil), None, numpy=("ceil",), differentiable=False)
+defop(Op.RINT, "unary", 1, _arith, _E(np.rint), None, numpy=("rint",), differentiable=False)
+defop(Op.TRUNC, "unary", 1, _arith, _E(np.trunc), None, numpy=("trunc",), differentiable=False)
 
 # -- elementwise binary
-defop("add", "binary", 2, _arith, _E(np.add), lambda g, out, x, y: (g, g), numpy=("add",))
-defop("sub", "binary", 2, _arith, _E(np.subtract), lambda g, out, x, y: (g, neg(g)),
+defop(Op.ADD, "binary", 2, _arith, _E(np.add), lambda g, out, x, y: (g, g), numpy=("add",))
+defop(Op.SUB, "binary", 2, _arith, _E(np.subtract), lambda g, out, x, y: (g, neg(g)),
       numpy=("subtract",))
-defop("mul", "binary", 2, _arith, _E(np.multiply), lambda g, out, x, y: (mul(g, y), mul(g, x)),
+defop(Op.MUL, "binary", 2, _arith, _E(np.multiply), lambda g, out, x, y: (mul(g, y), mul(g, x)),
       numpy=("multiply",))
-defop("div", "binary", 2, _arith, _E(np.divide),
+defop(Op.DIV, "binary", 2, _arith, _E(np.divide),
       lambda g, out, x, y: (div(g, y), neg(div(mul(g, out), y))),
       numpy=("divide", "true_divide"), cost=4)
-defop("pow", "binary", 2, _arith, _E(np.power), _pow_vjp, cost=_MATH_COST)
-defop("arctan2", "binary", 2, _arith, _E(np.arctan2), _atan2_vjp, numpy=("arctan2",),
+defop(Op.POW, "binary", 2, _arith, _E(np.power), _pow_vjp, cost=_MATH_COST)
+defop(Op.ARCTAN2, "binary", 2, _arith, _E(np.arctan2), _atan2_vjp, numpy=("arctan2",),
       cost=_MATH_COST)
 # C's fmod (exact; the sign of x): x - trunc(x / y) * y, so d/dx = 1, d/dy = -trunc(x / y);
 # trunc(x / y) is (x - fmod) / y, an integer up to rounding: rint recovers it exactly (trunc of
 # the rounded quotient could land one below)
-defop("fmod", "binary", 2, _arith, _E(np.fmod),
-      lambda g, out, x, y: (g, neg(mul(g, elementwise("rint", div(sub(x, out), y))))),
+defop(Op.FMOD, "binary", 2, _arith, _E(np.fmod),
+      lambda g, out, x, y: (g, neg(mul(g, elementwise(Op.RINT, div(sub(x, out), y))))),
       numpy=("fmod",), cost=8)  # a libm call per element
-defop("maximum", "binary", 2, _arith, _E(np.maximum),
-      lambda g, out, x, y: _max_vjp(g, out, x, y, "gt"), numpy=("maximum",))
-defop("minimum", "binary", 2, _arith, _E(np.minimum),
-      lambda g, out, x, y: _max_vjp(g, out, x, y, "lt"), numpy=("minimum",))
+defop(Op.MAXIMUM, "binary", 2, _arith, _E(np.maximum),
+      lambda g, out, x, y: _max_vjp(g, out, x, y, Op.GT), numpy=("maximum",))
+defop(Op.MINIMUM, "binary", 2, _arith, _E(np.minimum),
+      lambda g, out, x, y: _max_vjp(g, out, x, y, Op.LT), numpy=("minimum",))
 
 # -- comparisons and logic (bool results: no cotangent)
-for _n, _fn, _np in [("lt", np.less, "less"), ("le", np.less_equal, "less_equal"),
-                     ("gt", np.greater, "greater"), ("ge", np.greater_equal, "greater_equal"),
-                     ("eq", np.equal, "equal"), ("ne", np.not_equal, "not_equal")]:
+for _n, _fn, _np in [(Op.LT, np.less, "less"), (Op.LE, np.less_equal, "less_equal"),
+                     (Op.GT, np.greater, "greater"), (Op.GE, np.greater_equal, "greater_equal"),
+                     (Op.EQ, np.equal, "equal"), (Op.NE, np.not_equal, "not_equal")]:
     defop(_n, "compare", 2, _compare, _E(_fn), None, numpy=(_np,), differentiable=False)
-defop("and", "logical", 2, _logical, _E(np.logical_and), None, numpy=("logical_and",),
+defop(Op.AND, "logical", 2, _logical, _E(np.logical_and), None, numpy=("logical_and",),
       differentiable=False)
-defop("or", "logical", 2, _logical, _E(np.logical_or), None, numpy=("logical_or",),
+defop(Op.OR, "logical", 2, _logical, _E(np.logical_or), None, numpy=("logical_or",),
       differentiable=False)
-defop("not", "logical", 1, _logical, _E(np.logical_not), None, numpy=("logical_not",),
+defop(Op.NOT, "logical", 1, _logical, _E(np.logical_not), None, numpy=("logical_not",),
       differentiable=False)
 
 # -- select and cast
-defop("where", "select", 3, _where, _E(np.where),
+defop(Op.WHERE, "select", 3, _where, _E(np.where),
       lambda g, out, c, a, b: (None, where(c, g, const(0.0)), where(c, const(0.0), g)))
-defop("cast", "cast", 1, _cast, lambda attrs, x: np.asarray(x).astype(ir.NUMPY_DTYPE[attrs[0]]),
+defop(Op.CAST, "cast", 1, _cast, lambda attrs, x: np.asarray(x).astype(ir.NUMPY_DTYPE[attrs[0]]),
       None, differentiable=False)
 
 # -- reductions
-defop("reduce_sum", "reduce", 1, _reduce, lambda a, x: np.sum(x, axis=a[0]), _reduce_sum_vjp,
+defop(Op.REDUCE_SUM, "reduce", 1, _reduce, lambda a, x: np.sum(x, axis=a[0]), _reduce_sum_vjp,
       identity=0.0)
-defop("reduce_max", "reduce", 1, _reduce, _reduce_max_ref, _reduce_max_vjp, identity=-math.inf)
+defop(Op.REDUCE_MAX, "reduce", 1, _reduce, _reduce_max_ref, _reduce_max_vjp, identity=-math.inf)
 
 # -- shapes and indexing
-defop("broadcast_to", "shape", 1, _broadcast_to, lambda a, x: np.broadcast_to(x, a[0]),
+defop(Op.BROADCAST_TO, "shape", 1, _broadcast_to, lambda a, x: np.broadcast_to(x, a[0]),
       _broadcast_vjp)
-defop("reshape", "shape", 1, _reshape, lambda a, x: np.reshape(x, a[0]),
+defop(Op.RESHAPE, "shape", 1, _reshape, lambda a, x: np.reshape(x, a[0]),
       lambda g, out, x: (reshape(g, x.shape),))
-defop("transpose", "shape", 1, _transpose, lambda a, x: np.transpose(x, a[0]),
+defop(Op.TRANSPOSE, "shape", 1, _transpose, lambda a, x: np.transpose(x, a[0]),
       lambda g, out, x: (transpose(g, tuple(np.argsort(out.attrs[0]).tolist())),))
-defop("index", "index", 1, _index, lambda a, x: np.asarray(x)[_np_items(a)],
+defop(Op.INDEX, "index", 1, _index, lambda a, x: np.asarray(x)[_np_items(a)],
       lambda g, out, x: (Sparse(g, out.attrs),))
-defop("scatter_add", "index", 2, _scatter_add, _scatter_ref,
+defop(Op.SCATTER_ADD, "index", 2, _scatter_add, _scatter_ref,
       lambda g, out, acc, upd: (g, index(g, out.attrs)))
 # acc[items] = upd: the overwritten elements of acc get no cotangent
-defop("scatter", "index", 2, _scatter, _scatter_set_ref,
-      lambda g, out, acc, upd: (make("scatter", g, const(0.0, upd.shape), attrs=out.attrs),
+defop(Op.SCATTER, "index", 2, _scatter, _scatter_set_ref,
+      lambda g, out, acc, upd: (make(Op.SCATTER, g, const(0.0, upd.shape), attrs=out.attrs),
                                 index(g, out.attrs)))
 
 # -- linear algebra, control, leaves
-defop("matmul", "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),
+defop(Op.MATMUL, "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),
       lambda g, out, a, b: _matmul_vjp(g, a, b))
-defop("loop", "control", -1, _loop, _loop_ref, _loop_vjp)
-defop("input", "leaf", 0, _leaf, None)
-defop("const", "leaf", 0, _leaf, None)
+defop(Op.LOOP, "control", -1, _loop, _loop_ref, _loop_vjp)
+defop(Op.INPUT, "leaf", 0, _leaf, None)
+defop(Op.CONST, "leaf", 0, _leaf, None)
 # fmt: on
 
 
-def _group(*names: str) -> tuple[str, ...]:
-    return tuple(n for n, d in OPS.items() if d.group in names)
+_missing = [m for m in Op if m not in OPS]
+if _missing:
+    raise ImportError(f"tapejit.ops.Op members without a defop block: {', '.join(_missing)}")
+
+
+def _group(*names: str) -> tuple[Op, ...]:
+    return tuple(Op(n) for n, d in OPS.items() if d.group in names)
 
 
 UNARY = _group("unary")
@@ -1036,20 +1133,23 @@ SHAPE = _group("shape")
 INDEX = _group("index")
 #: Ops that write an update into a copy of their first operand at a static index set
 #: (``acc[items] += upd`` / ``acc[items] = upd``); codegen updates in place when ``acc`` dies.
-SCATTER = ("scatter_add", "scatter")
+SCATTER = (Op.SCATTER_ADD, Op.SCATTER)
+#: Ops that a fused loop computes by reading their (array) operand at other positions: gathers.
+GATHERS = (Op.INDEX, Op.TRANSPOSE, Op.BROADCAST_TO)
+#: Ops that only spread a scalar operand over a shape: a fused loop reads the scalar itself.
+SCALAR_SPREADS = (Op.BROADCAST_TO, Op.RESHAPE)
 LINALG = _group("linalg")
 CONTROL = _group("control")
 LEAF = _group("leaf")
+#: Ops whose bool operands numpy promotes to float (see :func:`elementwise`).
+_FLOAT_OPERANDS = frozenset(BINARY + UNARY + COMPARE)
 #: Ops whose result is piecewise constant in their float arguments: no cotangent flows through.
-NONDIFFERENTIABLE = tuple(n for n, d in OPS.items() if not d.differentiable)
-#: The ops as an enum: ``Op.EXP == "exp"`` (a ``StrEnum``, so a node's ``op`` string compares
-#: equal to its member); new code names ops through it.
-Op = enum.StrEnum("Op", {n.upper(): n for n in OPS})
+NONDIFFERENTIABLE = tuple(Op(n) for n, d in OPS.items() if not d.differentiable)
 
 
-def vjp_rule(op: str) -> Callable[..., tuple]:
+def vjp_rule(op: Op | str) -> Callable[..., tuple]:
     """The VJP rule of ``op``; raises :class:`RuleError` naming the op if it has none."""
     row = OPS.get(op)
     if row is None or row.vjp is None:
-        raise RuleError(f"op {op!r} has no VJP rule")
+        raise RuleError(f"op {str(op)!r} has no VJP rule")
     return row.vjp

@@ -32,6 +32,7 @@ from .codegen.cache import ObjectCache, cache_key
 from .codegen.jit import CodeLibrary
 from .codegen.lower import lower
 from .ir import Graph, Program, digest
+from .ops import Op
 from .progress import Progress, log
 
 #: The printable stages, in pipeline order (``grad.ir(stage)``, ``tapejit dump --stage``).
@@ -183,7 +184,7 @@ def build(
         "work": prog.stats["work"],
         "buffers": prog.stats["buffers"],
         "recomputed": prog.stats["recomputed"],
-        "loops": sum(n.op == "loop" for n in prog.graph.nodes),
+        "loops": sum(n.op == Op.LOOP for n in prog.graph.nodes),
         **fast,
     }
     return Built(symbol, len(g.inputs), len(g.outputs), shapes, consts, stats, text, lib)

@@ -31,6 +31,7 @@ import numpy as np
 
 from . import ir, ops, views
 from .ir import Graph, Node, Type
+from .ops import Op
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -213,7 +214,7 @@ class _Trace:
         while name in self.names:
             name, k = f"{base}_{k}", k + 1
         self.names.add(name)
-        node = Node("input", (), (len(self.inputs), name), t)
+        node = ops.input_node(len(self.inputs), name, t)
         if binding is not None:
             self.bindings[len(self.inputs)] = binding
         self.inputs.append(node)
@@ -236,11 +237,11 @@ class _Trace:
             if id(m) in memo:
                 todo.pop()
                 continue
-            if m.op == "input":
+            if m.op == Op.INPUT:
                 memo[id(m)] = (m, self.is_active_input(m))
                 todo.pop()
                 continue
-            if m.op in ops.NONDIFFERENTIABLE or m.op == "const":
+            if m.op in ops.NONDIFFERENTIABLE or m.op == Op.CONST:
                 memo[id(m)] = (m, False)
                 todo.pop()
                 continue
@@ -442,28 +443,28 @@ class Tracer:
 
     # -- operators --------------------------------------------------------------------------
     def __add__(self, o):
-        return _binary("add", self, o)
+        return _binary(Op.ADD, self, o)
 
     def __radd__(self, o):
-        return _binary("add", o, self)
+        return _binary(Op.ADD, o, self)
 
     def __sub__(self, o):
-        return _binary("sub", self, o)
+        return _binary(Op.SUB, self, o)
 
     def __rsub__(self, o):
-        return _binary("sub", o, self)
+        return _binary(Op.SUB, o, self)
 
     def __mul__(self, o):
-        return _binary("mul", self, o)
+        return _binary(Op.MUL, self, o)
 
     def __rmul__(self, o):
-        return _binary("mul", o, self)
+        return _binary(Op.MUL, o, self)
 
     def __truediv__(self, o):
-        return _binary("div", self, o)
+        return _binary(Op.DIV, self, o)
 
     def __rtruediv__(self, o):
-        return _binary("div", o, self)
+        return _binary(Op.DIV, o, self)
 
     def __pow__(self, o):
         return _power(self, o)
@@ -497,46 +498,46 @@ class Tracer:
         return numpy_api.FUNCTIONS[np.matmul](o, self)
 
     def __neg__(self):
-        return _unary("neg", self)
+        return _unary(Op.NEG, self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return _unary("abs", self)
+        return _unary(Op.ABS, self)
 
     def __lt__(self, o):
-        return _binary("lt", self, o)
+        return _binary(Op.LT, self, o)
 
     def __le__(self, o):
-        return _binary("le", self, o)
+        return _binary(Op.LE, self, o)
 
     def __gt__(self, o):
-        return _binary("gt", self, o)
+        return _binary(Op.GT, self, o)
 
     def __ge__(self, o):
-        return _binary("ge", self, o)
+        return _binary(Op.GE, self, o)
 
     def __eq__(self, o):
-        return _binary("eq", self, o)  # type: ignore[override]
+        return _binary(Op.EQ, self, o)  # type: ignore[override]
 
     def __ne__(self, o):
-        return _binary("ne", self, o)  # type: ignore[override]
+        return _binary(Op.NE, self, o)  # type: ignore[override]
 
     def __and__(self, o):
-        return _binary("and", self, o)
+        return _binary(Op.AND, self, o)
 
     def __rand__(self, o):
-        return _binary("and", o, self)
+        return _binary(Op.AND, o, self)
 
     def __or__(self, o):
-        return _binary("or", self, o)
+        return _binary(Op.OR, self, o)
 
     def __ror__(self, o):
-        return _binary("or", o, self)
+        return _binary(Op.OR, o, self)
 
     def __invert__(self):
-        return _unary("not", self)
+        return _unary(Op.NOT, self)
 
     def __getitem__(self, key):
         if key.__class__ in (int, slice) or numpy_api.is_basic_key(key):
@@ -551,19 +552,19 @@ class Tracer:
     # numpy's in-place operators modify the array object (every alias and view sees it); a
     # traced scalar is a numpy scalar, immutable, so for it Python falls back to ``x = x + y``
     def __iadd__(self, o):
-        return _inplace(self, "add", o)
+        return _inplace(self, Op.ADD, o)
 
     def __isub__(self, o):
-        return _inplace(self, "sub", o)
+        return _inplace(self, Op.SUB, o)
 
     def __imul__(self, o):
-        return _inplace(self, "mul", o)
+        return _inplace(self, Op.MUL, o)
 
     def __itruediv__(self, o):
-        return _inplace(self, "div", o)
+        return _inplace(self, Op.DIV, o)
 
     def __ipow__(self, o):
-        return _inplace(self, "pow", o)
+        return _inplace(self, Op.POW, o)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -602,7 +603,7 @@ class Tracer:
     def __bool__(self):
         x = self._scalar_node("bool()")
         value = bool(np.asarray(self.value).reshape(-1)[0])
-        cond = x if x.dtype == "bool" else ops.make("ne", x, ops.const(0.0))
+        cond = x if x.dtype == "bool" else ops.make(Op.NE, x, ops.const(0.0))
         return _guard(cond, value)
 
     def __float__(self):
@@ -610,9 +611,9 @@ class Tracer:
         self._no_derivative_lost("float()")
         value = float(np.asarray(self.value).reshape(-1)[0])
         if value != value:  # NaN: the guard is "x is NaN"
-            _guard(ops.make("ne", x, x), True)
+            _guard(ops.make(Op.NE, x, x), True)
         else:
-            _guard(ops.make("eq", x, ops.const(value)), True)
+            _guard(ops.make(Op.EQ, x, ops.const(value)), True)
         return value
 
     def _no_derivative_lost(self, what: str) -> None:
@@ -629,16 +630,16 @@ class Tracer:
             raise _fail(f"int() of a traced value that is {raw}")
         k = int(raw)  # truncation toward zero, as Python and numpy
         lo = (
-            ops.make("gt", x, ops.const(k - 1.0))
+            ops.make(Op.GT, x, ops.const(k - 1.0))
             if k <= 0
-            else ops.make("ge", x, ops.const(float(k)))
+            else ops.make(Op.GE, x, ops.const(float(k)))
         )
         hi = (
-            ops.make("lt", x, ops.const(k + 1.0))
+            ops.make(Op.LT, x, ops.const(k + 1.0))
             if k >= 0
-            else ops.make("le", x, ops.const(float(k)))
+            else ops.make(Op.LE, x, ops.const(float(k)))
         )
-        _guard(ops.make("and", lo, hi), True)
+        _guard(ops.make(Op.AND, lo, hi), True)
         return k
 
     def __index__(self):
@@ -650,7 +651,7 @@ class Tracer:
             )
         x = ops._float(self._scalar_node("operator.index()"))
         k = int(raw[0])
-        _guard(ops.make("eq", x, ops.const(float(k))), True)
+        _guard(ops.make(Op.EQ, x, ops.const(float(k))), True)
         return k
 
     def __complex__(self):
@@ -798,7 +799,7 @@ def lift(x: Any) -> Tracer:
     """``x`` as a tracer: tracers pass through; scalars become constants; arrays are captured."""
     if isinstance(x, Tracer):
         depth = len(_current.items)
-        if x.level == depth or x.node.op == "const" or not depth:
+        if x.level == depth or x.node.op == Op.CONST or not depth:
             return x
         if x.level > depth:
             raise _fail(
@@ -826,7 +827,7 @@ def _from_objects(arr: np.ndarray) -> Tracer:
     """An object array (``np.array([x0, x1])`` of traced scalars and numbers) as one traced
     array: its elements stacked."""
     items = [lift(v) for v in arr.reshape(-1)]
-    if not any(t.node.op != "const" for t in items):
+    if not any(t.node.op != Op.CONST for t in items):
         return lift(np.array([t.node.attrs[0] for t in items]).reshape(arr.shape))
     if any(t.node.shape != () for t in items):
         raise _fail("an object array of traced arrays is not supported; use np.stack")
@@ -862,9 +863,9 @@ def _evaluate(node: Node) -> Any:
             stack.extend(todo)
             continue
         stack.pop()
-        if n.op == "const":
+        if n.op == Op.CONST:
             value = np.full(n.shape, n.attrs[0], dtype=ir.NUMPY_DTYPE[n.dtype])
-        elif n.op == "input":
+        elif n.op == Op.INPUT:
             raise TracingError(f"internal: value of input {n.attrs} missing")
         else:
             with np.errstate(all="ignore"):
@@ -933,7 +934,7 @@ def _axes(x: Tracer, axis) -> tuple[int, ...] | None:
 def _reduce(op, x, axis=None, keepdims=False):
     x = lift(x)
     axes = _axes(x, axis)
-    if op == "reduce_max" and any(x.shape[a] == 0 for a in (axes or range(x.ndim))):
+    if op == Op.REDUCE_MAX and any(x.shape[a] == 0 for a in (axes or range(x.ndim))):
         raise _fail(  # numpy's error: max/min of nothing has no value (sum's is 0)
             "zero-size array to reduction operation maximum/minimum which has no identity"
         )
@@ -948,7 +949,7 @@ def _mean(x, axis=None, keepdims=False):
     x = lift(x)
     axes = _axes(x, axis)
     count = x.size if axes is None else int(np.prod([x.shape[a] for a in axes]))
-    return _reduce("reduce_sum", x, axis, keepdims) / float(count)
+    return _reduce(Op.REDUCE_SUM, x, axis, keepdims) / float(count)
 
 
 def _reshape(x, shape):
@@ -958,7 +959,7 @@ def _reshape(x, shape):
         shape = np.empty(x.shape, dtype=np.bool_).reshape(shape).shape
     except ValueError as e:
         raise _fail(str(e)) from None
-    return _as_view(x, _build(lambda a: ops.reshape(a, shape), x), ("reshape", shape))
+    return _as_view(x, _build(lambda a: ops.reshape(a, shape), x), (Op.RESHAPE, shape))
 
 
 def _transpose(x, axes=None):
@@ -966,7 +967,7 @@ def _transpose(x, axes=None):
     perm = (
         tuple(reversed(range(x.ndim))) if axes is None else tuple(int(a) % x.ndim for a in axes)
     )
-    return _as_view(x, _build(lambda a: ops.transpose(a, perm), x), ("transpose", perm))
+    return _as_view(x, _build(lambda a: ops.transpose(a, perm), x), (Op.TRANSPOSE, perm))
 
 
 def _astype(x, dtype):
@@ -974,7 +975,7 @@ def _astype(x, dtype):
     if dt == np.float64:
         return _build(lambda a: ops._float(a), x)
     if dt == np.bool_:
-        return _binary("ne", x, 0.0)
+        return _binary(Op.NE, x, 0.0)
     raise _fail(f"astype({dt}) is not supported; traced values are float64 or bool")
 
 
@@ -1016,7 +1017,7 @@ def _normalise_key(key, shape) -> tuple:
 
 def _getitem(x: Tracer, key) -> Tracer:
     items = _normalise_key(key, x.shape)
-    return _as_view(x, _build(lambda a: ops.index(a, items), x), ("index", items))
+    return _as_view(x, _build(lambda a: ops.index(a, items), x), (Op.INDEX, items))
 
 
 def _as_view(base: Any, result: Tracer, step: tuple) -> Tracer:
@@ -1052,7 +1053,7 @@ def _setitem(y: Tracer, key, value) -> None:
     if y.node.dtype == "f64":
         vnode = ops._float(vnode)
     elif vnode.dtype != "bool":
-        vnode = ops.make("ne", vnode, ops.const(0.0))
+        vnode = ops.make(Op.NE, vnode, ops.const(0.0))
     shape = vnode.shape
     while len(shape) > len(region) and shape[0] == 1:  # numpy drops leading unit axes here
         shape = shape[1:]
@@ -1064,16 +1065,16 @@ def _setitem(y: Tracer, key, value) -> None:
             f"could not broadcast input array from shape {vnode.shape} into shape {region}"
         ) from None
     vnode = ops.broadcast_to(ops.reshape(vnode, shape), region)
-    new = ops.make("scatter", y.node, vnode, attrs=items) if items else vnode
+    new = ops.make(Op.SCATTER, y.node, vnode, attrs=items) if items else vnode
     views.write(y, new, _UNSET)
 
 
-def _inplace(y: Tracer, op: str, o) -> Any:
+def _inplace(y: Tracer, op: Op, o) -> Any:
     """``y op= o``: numpy writes the result into ``y`` itself (cast to its dtype, which must
     hold the result's shape); a traced scalar is immutable, so Python rebinds the name."""
     if y.node.shape == ():
         return NotImplemented
-    r = _power(y, o) if op == "pow" else _binary(op, y, o)
+    r = _power(y, o) if op == Op.POW else _binary(op, y, o)
     if r.node.shape != y.node.shape:
         raise _fail(
             f"non-broadcastable output operand with shape {y.node.shape} doesn't match the "

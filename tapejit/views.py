@@ -35,6 +35,7 @@ import numpy as np
 
 from . import ops
 from .ir import Node
+from .ops import Op
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,9 @@ def layout(t: Any) -> tuple[tuple[int, ...], int]:
 
 def apply_step(node: Node, step: tuple) -> Node:
     kind, arg = step
-    if kind == "index":
+    if kind == Op.INDEX:
         return ops.index(node, arg)
-    if kind == "transpose":
+    if kind == Op.TRANSPOSE:
         return ops.transpose(node, arg)
     return ops.reshape(node, arg)
 
@@ -88,12 +89,12 @@ def view_layout(base: Any, step: tuple, result_shape: tuple[int, ...]):
     """(strides, offset) of ``step`` applied to ``base`` if numpy returns a view, else None."""
     strides, offset = layout(base)
     kind, arg = step
-    if kind == "index":
+    if kind == Op.INDEX:
         if not result_shape:
             return None  # all axes indexed by ints: numpy returns a scalar, a copy
         offset, out = ops.index_affine(base.node.shape, arg, strides, offset)
         return out, offset
-    if kind == "transpose":
+    if kind == Op.TRANSPOSE:
         return tuple(strides[p] for p in arg), offset
     if math.prod(result_shape) == 0 or not result_shape:
         return _c_strides(result_shape), offset
@@ -116,7 +117,7 @@ def record_view(base: Any, result: Any, step: tuple) -> None:
     to refuse writes: no layout, no registration (the common case, and the cheap one: slices
     of a parameter vector)."""
     if isinstance(root_of(base)._view, ReadOnly):
-        if step[0] != "index" or result.node.shape:
+        if step[0] != Op.INDEX or result.node.shape:
             result._view = ViewOf(base, step, (), 0)
         return
     found = view_layout(base, step, result.node.shape)
@@ -139,9 +140,9 @@ def read_only_root(t: Any) -> ReadOnly | None:
 def _inverse(base_node: Node, step: tuple, new: Node) -> Node:
     """The base's new node after its view made by ``step`` became ``new``."""
     kind, arg = step
-    if kind == "index":
-        return ops.make("scatter", base_node, new, attrs=arg) if arg else new
-    if kind == "transpose":
+    if kind == Op.INDEX:
+        return ops.make(Op.SCATTER, base_node, new, attrs=arg) if arg else new
+    if kind == Op.TRANSPOSE:
         return ops.transpose(new, tuple(np.argsort(arg).tolist()))
     return ops.reshape(new, base_node.shape)
 

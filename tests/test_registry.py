@@ -5,6 +5,9 @@ defaulted to 1; one without a lowering row miscompiled)."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -73,3 +76,97 @@ def test_groups_partition_the_ops():
 def test_an_op_cannot_be_defined_twice():
     with pytest.raises(ValueError, match="defined twice"):
         ops.defop("exp", "unary", 1, ops.OPS["exp"].type_rule, ops.OPS["exp"].ref)
+
+
+def test_op_is_a_static_enum_of_every_defined_op():
+    """``ops.Op`` is written out as a class (tools and readers see its members); it names every
+    op of the table, in table order, and its members are the plain names the IR prints."""
+    assert [m.value for m in ops.Op] == list(ops.OPS)
+    assert ops.Op.EXP == "exp" and f"{ops.Op.REDUCE_SUM}" == "reduce_sum"
+    node = ops.make(ops.Op.NEG, ops.const(1.0))
+    assert type(node.op) is str and node is ops.make("neg", ops.const(1.0))
+    with pytest.raises(ValueError, match="no member in tapejit.ops.Op"):
+        ops.defop("spacing", "unary", 1, ops.OPS["exp"].type_rule, ops.OPS["exp"].ref)
+    assert "spacing" not in ops.OPS
+
+
+# -- ops are named through ops.Op, never by string literals ------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Files allowed to compare ``.op`` with strings: ``ir.py`` may not import ``ops`` (the
+#: dependency is ``ir`` <- ``ops``), and it names only the leaves ``input``/``const``.
+NOT_YET_MIGRATED = {"tapejit/ir.py"}
+
+
+def _is_op_ref(node: ast.AST) -> bool:
+    """``X.op`` or a variable called ``op``."""
+    return (isinstance(node, ast.Attribute) and node.attr == "op") or (
+        isinstance(node, ast.Name) and node.id == "op"
+    )
+
+
+def _op_names(node: ast.AST) -> list[str]:
+    """The op names among the string literals of ``node`` (a literal, or a tuple, list or set
+    of them)."""
+    items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [
+        e.value
+        for e in items
+        if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in ops.OPS
+    ]
+
+
+def op_name_strings(source: str, filename: str) -> list[str]:
+    """``file:line`` of each comparison of an op with a string literal naming an op:
+    ``X.op == "exp"``, ``X.op != "exp"``, ``X.op in ("exp", ...)``, ``X.op not in (...)`` (either
+    side; also a variable called ``op``)."""
+    found = []
+    for node in ast.walk(ast.parse(source, filename)):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        for left, cmp, right in zip(operands, node.ops, operands[1:]):
+            if isinstance(cmp, (ast.Eq, ast.NotEq)):
+                pairs = [(left, right), (right, left)]
+            elif isinstance(cmp, (ast.In, ast.NotIn)):
+                pairs = [(left, right)]
+            else:
+                continue
+            for ref, lit in pairs:
+                names = _op_names(lit) if _is_op_ref(ref) else []
+                if names:
+                    found.append(f"{filename}:{node.lineno}: {ast.unparse(node)} (use ops.Op)")
+    return found
+
+
+def _sources():
+    for top in ("tapejit", "codegen"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            yield path.relative_to(ROOT).as_posix(), path.read_text()
+
+
+def test_no_op_name_strings():
+    """Ops are compared through ``ops.Op`` (``n.op == Op.CONST``) or a group of ``ops``
+    (``n.op in ops.SCATTER``), never with a string literal: a renamed or mistyped op name in
+    a string would silently never match."""
+    found = []
+    for name, source in _sources():
+        if name not in NOT_YET_MIGRATED:
+            found += op_name_strings(source, name)
+    assert not found, "op names compared as strings:\n" + "\n".join(found)
+
+
+def test_the_op_name_check_names_each_form():
+    source = (
+        "if n.op == 'exp': pass\n"
+        "if 'const' != a.op: pass\n"
+        "if k.op.op in ('loop', 'x'): pass\n"
+        "if n.op not in ['input']: pass\n"
+        "if op == 'mul': pass\n"
+        "if n.op == Op.EXP or n.op in ops.SCATTER or n.op == 'no-such-op': pass\n"
+        "if kind == 'const' or name in ('exp',): pass\n"
+    )
+    found = op_name_strings(source, "m.py")
+    assert [f.split(":")[1] for f in found] == ["1", "2", "3", "4", "5"], found
+    assert found[0] == "m.py:1: n.op == 'exp' (use ops.Op)"

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from .. import ops
 from ..ir import Graph, Kernel, Node
+from ..ops import Op
 
 #: Recompute a value in a later loop when its recomputation costs at most this much.
 RECOMPUTE_BUDGET = 2
@@ -47,10 +48,12 @@ RECOMPUTE_BUDGET = 2
 MAX_BODY = 64
 
 _EW_GROUPS = ("unary", "binary", "compare", "logical", "select", "cast")
+#: Ops that can be views of their operand's buffer (see :func:`classify`: ``alias``).
+_ALIASES = (Op.RESHAPE, Op.INDEX)
 
 
 def op_cost(n: Node) -> int:
-    return 0 if n.op == "const" else ops.OPS[n.op].cost
+    return 0 if n.op == Op.CONST else ops.OPS[n.op].cost
 
 
 def classify(n: Node) -> str:
@@ -65,25 +68,25 @@ def classify(n: Node) -> str:
 
 
 def _classify(n: Node) -> str:
-    if n.op in ("input", "const"):
+    if n.op in ops.LEAF:
         return "leaf"
     group = ops.OPS[n.op].group
     if group in _EW_GROUPS:
         return "scalar" if n.shape == () else "body"
-    if n.op == "reshape":
+    if n.op == Op.RESHAPE:
         x = n.args[0]
         if x.shape == ():
             return "body"  # a scalar viewed as a 1-element array
         return "point" if n.shape == () else "alias"
-    if n.op == "broadcast_to":
+    if n.op == Op.BROADCAST_TO:
         return "body" if n.args[0].shape == () else "gather"
     if (
-        n.op == "index"
+        n.op == Op.INDEX
         and n.shape != ()
         and ops.index_view_offset(n.args[0].shape, n.attrs) is not None
     ):
         return "alias"  # a contiguous block: a view at an offset, no copy
-    if n.op in ("index", "transpose"):
+    if n.op in (Op.INDEX, Op.TRANSPOSE):
         return "point" if n.shape == () else "gather"
     if group == "reduce":
         return "reduce" if n.shape == () else "op"
@@ -103,12 +106,12 @@ def reads_elementwise(user_cls: str) -> bool:
 
 def alias_offset(n: Node) -> int:
     """Element offset of alias ``n`` in its operand's buffer (0 for a reshape)."""
-    return ops.index_view_offset(n.args[0].shape, n.attrs) if n.op == "index" else 0
+    return ops.index_view_offset(n.args[0].shape, n.attrs) if n.op == Op.INDEX else 0
 
 
 def alias_root(n: Node) -> Node:
     """The node whose buffer ``n`` lives in (through reshapes and contiguous slices)."""
-    while n.op in ("reshape", "index") and classify(n) == "alias":
+    while n.op in _ALIASES and classify(n) == "alias":
         n = n.args[0]
     return n
 
@@ -194,7 +197,7 @@ def fuse(g: Graph) -> Schedule:
 
     for n in nodes:
         c = cls[id(n)]
-        if c == "alias" or (c == "leaf" and not (n.op == "const" and id(n) in must)):
+        if c == "alias" or (c == "leaf" and not (n.op == Op.CONST and id(n) in must)):
             continue
         if c == "leaf":
             c = cls[id(n)] = "body"  # a constant fill that must be in memory: a store loop

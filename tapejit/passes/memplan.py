@@ -34,6 +34,7 @@ import math
 
 from .. import ops
 from ..ir import Graph, LoopPlan, Node, Program, Slot
+from ..ops import Op
 from .fusion import Schedule, alias_offset, alias_root, classify, fuse
 
 ALIGN = 64
@@ -211,7 +212,7 @@ def _plan_loops(nodes: list[Node], top: int) -> tuple[dict[int, LoopPlan], int]:
         return planned[id(g)]
 
     for n in nodes:
-        if n.op != "loop":
+        if n.op != Op.LOOP:
             continue
         spec = n.attrs[0]
         body, cond = sub(spec.body), sub(spec.cond)
@@ -307,11 +308,11 @@ def work(prog: Program) -> int:
             total += math.prod(k.space) * len(k.body)
         if k.op is not None:
             n = k.op
-            if n.op == "matmul":
+            if n.op == Op.MATMUL:
                 total += math.prod(ops.matmul_dims(n.args[0].shape, n.args[1].shape))
             elif n.op in ops.SCATTER:
                 total += n.args[1].type.size + (0 if _in_place(prog, n) else n.type.size)
-            elif n.op == "loop":  # an upper bound: every iteration the bound allows
+            elif n.op == Op.LOOP:  # an upper bound: every iteration the bound allows
                 lp = prog.loops[id(n)]
                 per = lp.body.stats["work"] + (lp.cond.stats["work"] if lp.cond else 0)
                 total += n.attrs[0].max_steps * per

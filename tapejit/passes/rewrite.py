@@ -16,9 +16,10 @@ import numpy as np
 
 from .. import ops
 from ..ir import NUMPY_DTYPE, Graph, Node, Type
+from ..ops import Op
 
 #: Nodes no rule rewrites.
-_LEAVES = frozenset({"input", "const"})
+_LEAVES = frozenset(ops.LEAF)
 
 #: Most rule applications on one node before the rewriter stops (guards against rule cycles).
 MAX_STEPS = 32
@@ -46,18 +47,18 @@ class Rewriter:
     def constant(self, n: Node) -> np.ndarray | None:
         """The value of ``n`` if it is known at compile time (a ``const`` node or a captured
         array), else ``None``."""
-        if n.op == "const":
+        if n.op == Op.CONST:
             return np.full(n.shape, n.attrs[0], dtype=NUMPY_DTYPE[n.dtype])
         i = self._const_input.get(id(n))
         return None if i is None else self.bindings[i]
 
     def known(self, n: Node) -> bool:
         """Whether :meth:`constant` has a value for ``n`` (without building it)."""
-        return n.op == "const" or id(n) in self._const_input
+        return n.op == Op.CONST or id(n) in self._const_input
 
     def bind(self, value: np.ndarray, t: Type) -> Node:
         """A new captured-constant input holding ``value`` (a C-contiguous copy of type ``t``)."""
-        node = Node("input", (), (len(self.inputs), f"fold{next(_fold_names)}"), t)
+        node = ops.input_node(len(self.inputs), f"fold{next(_fold_names)}", t)
         self._const_input[id(node)] = len(self.inputs)
         self.bindings[len(self.inputs)] = np.ascontiguousarray(value, dtype=NUMPY_DTYPE[t.dtype])
         self.inputs.append(node)
@@ -107,11 +108,6 @@ class Rewriter:
             bindings=self.bindings,
             guards=guards,
         )
-
-
-def rebuild(g: Graph, rule: Callable[[Node, Rewriter], Node | None]) -> Graph:
-    """``g`` rewritten with ``rule`` (see :class:`Rewriter`)."""
-    return Rewriter(g).run(rule)
 
 
 def fit(x: Node, like: Node) -> Node:

@@ -28,6 +28,7 @@ import numpy as np
 
 from .. import ops
 from ..ir import NUMPY_DTYPE, Graph, Node
+from ..ops import Op
 from .rewrite import Rewriter, fit
 
 #: Largest array result constant folding creates when it is bigger than every operand.
@@ -36,7 +37,7 @@ FOLD_MAX_ELEMENTS = 4096
 
 def _fill(x: Node) -> float | bool | None:
     """The fill value of a ``const`` node (any shape), else ``None``."""
-    return x.attrs[0] if x.op == "const" else None
+    return x.attrs[0] if x.op == Op.CONST else None
 
 
 def _is(x: Node, value: float) -> bool:
@@ -45,16 +46,16 @@ def _is(x: Node, value: float) -> bool:
 
 
 #: Ops whose node may be a scalar in disguise (see :func:`_scalar`).
-_SCALAR_LIKE = frozenset({"const", "broadcast_to", "reshape"})
+_SCALAR_LIKE = frozenset({Op.CONST, *ops.SCALAR_SPREADS})
 
 
 def _scalar(x: Node) -> Node | None:
     """``x`` as a scalar if it is one, a broadcast scalar, or a constant fill; else ``None``."""
     if x.shape == ():
         return x
-    if x.op == "const":
+    if x.op == Op.CONST:
         return ops.const(x.attrs[0], (), x.dtype)
-    if x.op in ("broadcast_to", "reshape") and x.args[0].shape == ():
+    if x.op in ops.SCALAR_SPREADS and x.args[0].shape == ():
         return x.args[0]
     return None
 
@@ -89,10 +90,10 @@ def _add(n, rw):
         return fit(x, n)
     if _is(x, 0.0):
         return fit(y, n)
-    if y.op == "neg":
-        return ops.make("sub", x, y.args[0])
-    if x.op == "neg":
-        return ops.make("sub", y, x.args[0])
+    if y.op == Op.NEG:
+        return ops.make(Op.SUB, x, y.args[0])
+    if x.op == Op.NEG:
+        return ops.make(Op.SUB, y, x.args[0])
     return None
 
 
@@ -101,9 +102,9 @@ def _sub(n, rw):
     if _is(y, 0.0):
         return fit(x, n)
     if _is(x, 0.0):
-        return fit(ops.make("neg", y), n)
-    if y.op == "neg":
-        return ops.make("add", x, y.args[0])
+        return fit(ops.make(Op.NEG, y), n)
+    if y.op == Op.NEG:
+        return ops.make(Op.ADD, x, y.args[0])
     return None
 
 
@@ -114,11 +115,11 @@ def _mul(n, rw):
     if _is(x, 1.0):
         return fit(y, n)
     if _is(y, -1.0):
-        return fit(ops.make("neg", x), n)
+        return fit(ops.make(Op.NEG, x), n)
     if _is(x, -1.0):
-        return fit(ops.make("neg", y), n)
-    if x.op == "neg" and y.op == "neg":
-        return ops.make("mul", x.args[0], y.args[0])
+        return fit(ops.make(Op.NEG, y), n)
+    if x.op == Op.NEG and y.op == Op.NEG:
+        return ops.make(Op.MUL, x.args[0], y.args[0])
     return None
 
 
@@ -130,13 +131,13 @@ def _hoist_scalar_factor(n, rw):
     for inner, t in ((x, y), (y, x)):
         if t.shape != ():
             continue
-        if inner.op == "mul":
+        if inner.op == Op.MUL:
             a, b = inner.args
             s, v = (a, b) if a.shape == () else (b, a)
             if s.shape == () and v.shape != ():
-                return ops.make("mul", ops.make("mul", s, t), v)
-        if inner.op == "neg":
-            return ops.make("mul", inner.args[0], ops.make("neg", t))
+                return ops.make(Op.MUL, ops.make(Op.MUL, s, t), v)
+        if inner.op == Op.NEG:
+            return ops.make(Op.MUL, inner.args[0], ops.make(Op.NEG, t))
     return None
 
 
@@ -149,20 +150,20 @@ def _div(n, rw):
         m, e = math.frexp(abs(c))
         if m == 0.5 and math.isfinite(1.0 / c):  # a power of two with a finite reciprocal:
             # x / c and x * (1/c) round the same exact value
-            return ops.make("mul", x, ops.const(1.0 / c))
+            return ops.make(Op.MUL, x, ops.const(1.0 / c))
     return None
 
 
 def _neg(n, rw):
     (x,) = n.args
-    if x.op == "neg":
+    if x.op == Op.NEG:
         return x.args[0]
     return None
 
 
 def _pow(n, rw):
     x, y = n.args
-    if y.op == "const" and y.shape == ():
+    if y.op == Op.CONST and y.shape == ():
         r = ops.power(x, y)  # integer exponents -> products, 0.5 -> sqrt
         if r is not n:
             return fit(r, n)
@@ -202,10 +203,12 @@ def _broadcast(n, rw):
     (x,) = n.args
     if x.shape == n.shape:
         return x
-    if x.op in ("reshape", "broadcast_to") and x.args[0].type.size == 1:
-        return ops.make("broadcast_to", x.args[0], attrs=n.attrs) if x.args[0].shape == () else None
+    if x.op in ops.SCALAR_SPREADS and x.args[0].type.size == 1:
+        if x.args[0].shape != ():
+            return None
+        return ops.make(Op.BROADCAST_TO, x.args[0], attrs=n.attrs)
     if x.type.size == 1 and x.shape != ():
-        return ops.make("broadcast_to", ops.reshape(x, ()), attrs=n.attrs)
+        return ops.make(Op.BROADCAST_TO, ops.reshape(x, ()), attrs=n.attrs)
     return None
 
 
@@ -213,10 +216,10 @@ def _reshape(n, rw):
     (x,) = n.args
     if x.shape == n.shape:
         return x
-    if x.op == "reshape":
+    if x.op == Op.RESHAPE:
         return ops.reshape(x.args[0], n.shape)
     if x.shape == ():
-        return ops.make("broadcast_to", x, attrs=(n.shape,))
+        return ops.make(Op.BROADCAST_TO, x, attrs=(n.shape,))
     s = _scalar(x)
     if s is not None and s is not x:
         return ops.broadcast_to(s, n.shape)
@@ -225,7 +228,7 @@ def _reshape(n, rw):
 
 def _transpose(n, rw):
     (x,) = n.args
-    if x.op == "transpose":
+    if x.op == Op.TRANSPOSE:
         perm = tuple(x.attrs[0][p] for p in n.attrs[0])
         return ops.transpose(x.args[0], perm)
     moved = [p for p in n.attrs[0] if x.shape[p] != 1]
@@ -247,7 +250,7 @@ def _reduce_sum(n, rw):
     if s is None:
         return None
     count = x.type.size // max(n.type.size, 1)
-    return ops.broadcast_to(ops.make("mul", s, ops.const(float(count))), n.shape)
+    return ops.broadcast_to(ops.make(Op.MUL, s, ops.const(float(count))), n.shape)
 
 
 def _reduce_max(n, rw):
@@ -257,24 +260,24 @@ def _reduce_max(n, rw):
 
 
 #: The rule table: (name, ops matched (None: every op), rewrite, note on exactness).
-RULES: list[tuple[str, tuple[str, ...] | None, object, str]] = [
+RULES: list[tuple[str, tuple[Op, ...] | None, object, str]] = [
     ("fold", None, _fold, "exact: evaluated with the op's reference"),
-    ("add", ("add",), _add, "x+0 -> x may turn -0.0 into +0.0; x+(-y) -> x-y exact"),
-    ("sub", ("sub",), _sub, "0-x -> -x sign of zero; x-(-y) -> x+y exact"),
-    ("mul", ("mul",), _mul, "exact: x*1, x*-1, (-x)*(-y)"),
-    ("hoist-scalar-factor", ("mul",), _hoist_scalar_factor, "reassociates scalar factors"),
-    ("div", ("div",), _div, "exact: x/1, x/2^k -> x*2^-k"),
-    ("neg", ("neg",), _neg, "exact: -(-x) -> x"),
-    ("pow", ("pow",), _pow, "x**k (integer k) -> products; x**0.5 -> sqrt"),
-    ("where", ("where",), _where, "exact"),
+    ("add", (Op.ADD,), _add, "x+0 -> x may turn -0.0 into +0.0; x+(-y) -> x-y exact"),
+    ("sub", (Op.SUB,), _sub, "0-x -> -x sign of zero; x-(-y) -> x+y exact"),
+    ("mul", (Op.MUL,), _mul, "exact: x*1, x*-1, (-x)*(-y)"),
+    ("hoist-scalar-factor", (Op.MUL,), _hoist_scalar_factor, "reassociates scalar factors"),
+    ("div", (Op.DIV,), _div, "exact: x/1, x/2^k -> x*2^-k"),
+    ("neg", (Op.NEG,), _neg, "exact: -(-x) -> x"),
+    ("pow", (Op.POW,), _pow, "x**k (integer k) -> products; x**0.5 -> sqrt"),
+    ("where", (Op.WHERE,), _where, "exact"),
     ("scalarise", ops.ELEMENTWISE, _scalarise, "exact: ops on broadcast scalars run once"),
-    ("cast", ("cast",), _cast, "exact"),
-    ("broadcast", ("broadcast_to",), _broadcast, "exact"),
-    ("reshape", ("reshape",), _reshape, "exact"),
-    ("transpose", ("transpose",), _transpose, "exact: also one that moves only unit axes"),
-    ("index", ("index",), _index, "exact: indexing a broadcast scalar"),
-    ("reduce-sum", ("reduce_sum",), _reduce_sum, "sum of a broadcast s -> count*s (rounding)"),
-    ("reduce-max", ("reduce_max",), _reduce_max, "exact"),
+    ("cast", (Op.CAST,), _cast, "exact"),
+    ("broadcast", (Op.BROADCAST_TO,), _broadcast, "exact"),
+    ("reshape", (Op.RESHAPE,), _reshape, "exact"),
+    ("transpose", (Op.TRANSPOSE,), _transpose, "exact: also one that moves only unit axes"),
+    ("index", (Op.INDEX,), _index, "exact: indexing a broadcast scalar"),
+    ("reduce-sum", (Op.REDUCE_SUM,), _reduce_sum, "sum of a broadcast s -> count*s (rounding)"),
+    ("reduce-max", (Op.REDUCE_MAX,), _reduce_max, "exact"),
 ]
 
 _BY_OP: dict[str, list] = {}
