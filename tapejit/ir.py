@@ -318,7 +318,7 @@ class Graph:
         return users
 
     def __str__(self) -> str:
-        return format_graph(self)
+        return format_graph(self, bodies=True)
 
 
 def _fmt_attr(v: Any) -> str:
@@ -333,8 +333,23 @@ def _fmt_attr(v: Any) -> str:
     return str(v)
 
 
-def format_graph(g: Graph, names: dict[int, str] | None = None) -> str:
-    """The text form of ``g`` (see the module docstring for the grammar)."""
+def format_graph(g: Graph, names: dict[int, str] | None = None, bodies: bool = False) -> str:
+    """The text form of ``g`` (see the module docstring for the grammar).
+
+    ``bodies=True`` (what ``str(graph)``, ``grad.ir(stage)`` and ``tapejit dump`` print) also
+    prints the sub-graphs of every ``loop`` node indented under it, recursively — its body, and
+    its condition for a ``while_loop``::
+
+      %1 = loop %x, %x, %0 {loop(...)} : f64[83]
+        body:
+          graph body(%l1i: f64[] inactive, ...) -> (f64[5], ...)
+            %0 = mul %h1h0, %l1c0 : f64[5]
+            return %0, ...
+
+    (a body numbers its values from ``%0`` again: it is a graph of its own). Digests and keys
+    (:class:`tapejit.ops.LoopSpec`) use the default ``bodies=False``, where a loop shows only
+    its attribute, which names its body by digest.
+    """
     names = {} if names is None else names
     for i, n in enumerate(g.inputs):
         names[id(n)] = f"%{n.attrs[1]}" if len(n.attrs) > 1 else f"%in{i}"
@@ -353,11 +368,29 @@ def format_graph(g: Graph, names: dict[int, str] | None = None) -> str:
             attrs = " {" + ", ".join(_fmt_attr(a) for a in n.attrs) + "}"
         sep = " " if args else ""
         lines.append(f"  {names[id(n)]} = {n.op}{sep}{args}{attrs} : {n.type}")
+        if bodies and n.attrs:
+            lines.extend(_loop_subgraph_lines(n))
     for k, (c, expected, where) in enumerate(g.guards):
         lines.append(f"  guard {k + 1}: {names[id(c)]} == {expected}   # {where}")
     ret = ", ".join(names[id(o)] for o in g.outputs)
     lines.append(f"  return {ret}")
     return "\n".join(lines)
+
+
+def _loop_subgraph_lines(n: Node) -> list[str]:
+    """The sub-graphs of node ``n`` — a ``loop``, whose attribute (``tapejit.ops.LoopSpec``)
+    holds its ``body`` and ``cond`` graphs — printed with their own loops' sub-graphs and
+    indented under the node; none for any other node."""
+    spec = n.attrs[0]
+    lines: list[str] = []
+    subs = (("body", getattr(spec, "body", None)), ("condition", getattr(spec, "cond", None)))
+    for label, sub in subs:
+        if isinstance(sub, Graph):
+            lines.append(f"    {label}:")
+            # a fresh name table: a node may occur in both graphs (interned constants)
+            text = format_graph(sub, {}, bodies=True)
+            lines.extend("      " + line for line in text.split("\n"))
+    return lines
 
 
 class VerifyError(Exception):

@@ -1,8 +1,10 @@
 """The command line (tapejit/cli.py), run as a separate process the way a user runs it:
 ``python -m tapejit.cli`` and the ``tapejit`` console script. Every stage of examples/eam.py:eam
 prints something characteristic of that stage (the IR stages exactly what ``grad.ir(stage)``
-prints in-process for the same example input); ``stats`` prints JSON; every bad input exits
-nonzero with one error line on stderr and no traceback."""
+prints in-process for the same example input); ``--help`` lists the commands and stages;
+``--format dot|svg|png`` draws the graph stages; ``stats`` prints a table (``--json``: JSON); the
+asm stage names the plan part of each function; every bad input exits nonzero with one error
+line on stderr and no traceback."""
 
 from __future__ import annotations
 
@@ -95,7 +97,7 @@ def test_dump_default_stage_is_grad(in_process):
 
 
 def test_stats_prints_json():
-    p = run("stats", TARGET, "--arg", "f64[100]")
+    p = run("stats", TARGET, "--arg", "f64[100]", "--json")  # the table is the default now
     assert p.returncode == 0, p.stderr
     stats = json.loads(p.stdout)
     assert {"nodes", "passes", "kernels", "work", "workspace_bytes", "timings"} <= set(stats)
@@ -165,7 +167,7 @@ def test_closed_stdout_is_not_a_traceback():
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
 
 
-# -- bad input ---------------------------------------------------------------------------------------
+# -- bad input -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "args,patterns",
     [
@@ -225,3 +227,450 @@ def test_ops_lists_every_primitive_with_its_accuracy():
         if op.group != "leaf":
             assert f"| `{name}` | {op.group} |" in r.stdout
     assert "| `erf` | unary | – | yes | ≤ 1.5 ulp (vectorised IR) |" in r.stdout
+
+
+# -- help ------------------------------------------------------------------------------------------
+def test_help_lists_the_commands_and_every_stage():
+    p = run("--help")
+    assert p.returncode == 0 and p.stderr == ""
+    for command in ("dump", "stats", "cache", "ops"):
+        assert re.search(rf"^\s+{command}\s+\S", p.stdout, re.M), command
+    for stage in tj.STAGES:  # one line each, saying what the stage is
+        (line,) = [ln for ln in p.stdout.splitlines() if re.match(rf"^\s+{re.escape(stage)}\s", ln)]
+        assert len(line.split()) >= 5, line
+        assert cli.STAGE_HELP[stage] in line
+    assert set(cli.STAGE_HELP) == set(tj.STAGES)
+
+
+@pytest.mark.parametrize(
+    "command,marks",
+    [
+        ("dump", ["--stage", "--format", "dot", "svg", "-o FILE", "--arg SPEC", "f64[d0,d1,...]",
+                  "--argnums", "llvm-opt", "cluster"]),
+        ("stats", ["--json", "--arg SPEC", "time each compile stage", "each pass"]),
+        ("cache", ["info", "clear", "TAPEJIT_CACHE_DIR"]),
+        ("ops", ["primitive", "accuracy"]),
+    ],
+)  # fmt: skip
+def test_each_command_has_informative_help(command, marks):
+    p = run(command, "--help")
+    assert p.returncode == 0 and p.stderr == ""
+    text = re.sub(r"\s+", " ", p.stdout)  # argparse wraps lines
+    for mark in marks:
+        assert mark in text, (command, mark)
+
+
+# -- models with rolled loops (written to a file, as a user's would be) ----------------------------
+LOOP_MODELS = """
+import numpy as np
+import tapejit as tj
+
+
+def fori(x):
+    def body(i, c):
+        return c * np.sin(x) + 0.1 * i * np.tanh(c)
+
+    c = tj.fori_loop(2, 9, body, x)
+    return np.sum(c * c)
+
+
+def nested(x):
+    def inner(j, d):
+        return d * 0.5 + np.cos(d)
+
+    def body(i, c):
+        return tj.fori_loop(0, 3, inner, c * np.sin(x))
+
+    c = tj.fori_loop(0, 4, body, x)
+    return np.sum(c * c)
+
+
+def whiled(x):
+    c = tj.while_loop(lambda c: np.sum(c) < 10.0, lambda c: c * 1.5 + 0.1, x, max_steps=64)
+    return np.sum(c * c)
+
+
+def scalars(x):
+    s = 0.0
+    for i in range(len(x) - 1):
+        s = s + np.exp(-((x[i + 1] - x[i]) ** 2)) * x[i]
+    return s
+
+
+def layers(x):
+    W = np.random.default_rng(1).normal(size=(6, 4, 4)) * 0.3
+    h = x
+    for k in range(6):
+        h = np.tanh(W[k] @ h) + h
+    return np.sum(h * h)
+"""
+
+
+@pytest.fixture(scope="module")
+def loop_file(tmp_path_factory):
+    f = tmp_path_factory.mktemp("models") / "loop_models.py"
+    f.write_text(LOOP_MODELS)
+    return str(f)
+
+
+def _plan(target: str, *shape: int):
+    x = np.random.default_rng(0).uniform(0.1, 1.0, shape)
+    return cli.front_end(cli.load_function(target), [x], (0,))["plan"]
+
+
+# -- loop bodies in the printed stages -------------------------------------------------------------
+@pytest.mark.parametrize("stage", ["trace", "grad", "opt", "plan"])
+def test_dump_prints_loop_bodies_at_every_stage(loop_file, stage):
+    p = run("dump", f"{loop_file}:fori", "--arg", "f64[5]", "--stage", stage)
+    assert p.returncode == 0, p.stderr
+    text = p.stdout
+    x = np.random.default_rng(0).uniform(0.1, 1.0, (5,))
+    assert text == tj.compile(cli.load_function(f"{loop_file}:fori"), x).ir(stage) + "\n"
+    if stage == "plan":  # the body's graph and program under "body of %k"
+        assert re.search(r"^  body of %\d+ .*:\n    graph body\(", text, re.M)
+        assert re.search(r"^    program body: \d+ loop kernels", text, re.M)
+        return
+    # the loop node, then its body graph indented under it, with the body's own nodes
+    m = re.search(
+        r"^  (%\d+) = loop .*\n    body:\n      graph body\((.*)\n((?:        .*\n)+)", text, re.M
+    )
+    assert m, text
+    assert re.search(r"^        %\d+ = tanh %l1c0 : f64\[5\]$", m.group(3), re.M)
+    assert re.search(r"^        return ", m.group(3), re.M)
+    if stage != "trace":  # the backward loop's body too
+        assert re.search(r"^    body:\n      graph body\.vjp\(", text, re.M)
+
+
+def test_nested_loop_bodies_and_conditions_are_printed_recursively(loop_file):
+    p = run("dump", f"{loop_file}:nested", "--arg", "f64[4]", "--stage", "trace")
+    assert p.returncode == 0, p.stderr
+    # the inner loop inside the outer body, its body two levels deep
+    assert re.search(
+        r"^        %\d+ = loop .*\n          body:\n            graph body\(", p.stdout, re.M
+    )
+    assert re.search(r"^              %\d+ = cos ", p.stdout, re.M)
+    p = run("dump", f"{loop_file}:whiled", "--arg", "f64[4]", "--stage", "opt")
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"^    condition:\n      graph cond\(.*\) -> \(bool\[\]\)\n", p.stdout, re.M)
+
+
+# -- DOT -------------------------------------------------------------------------------------------
+def _dot_structure(text: str):
+    """Check DOT text structurally (braces balanced outside string literals, statements
+    well formed) and return its clusters as ``{name: (label, parent)}``, its node ids and its
+    edges."""
+    assert text.startswith("digraph ") and text.rstrip().endswith("}")
+    unquoted = re.sub(r'"(?:[^"\\]|\\.)*"', '""', text)
+    depth, stack, clusters, nodes, edges = 0, [None], {}, set(), []
+    for line in unquoted.splitlines():
+        line = line.strip()
+        m = re.match(r"subgraph (cluster_\w+) \{$", line)
+        if m:
+            clusters[m.group(1)] = [None, stack[-1]]
+            stack.append(m.group(1))
+        elif line == "}":
+            stack.pop()
+        elif m := re.match(r"(n\d+) -> (n\d+)", line):
+            edges.append((m.group(1), m.group(2)))
+        elif m := re.match(r"(n\d+) \[label=", line):
+            assert m.group(1) not in nodes, f"node {m.group(1)} declared twice"
+            nodes.add(m.group(1))
+        depth += line.count("{") - line.count("}")
+        assert depth >= 0
+    assert depth == 0 and stack == [], "unbalanced braces"
+    labels = dict(re.findall(r'subgraph (cluster_\w+) \{\n\s*label="((?:[^"\\]|\\.)*)"', text))
+    for name in clusters:
+        clusters[name][0] = labels[name]
+    for a, b in edges:
+        assert a in nodes and b in nodes, (a, b)
+    return {k: tuple(v) for k, v in clusters.items()}, nodes, edges
+
+
+def test_dot_plan_has_one_cluster_per_fused_kernel():
+    """EAM's plan is two fused loops: two kernel clusters, each labelled with its space."""
+    p = run("dump", TARGET, "--arg", "f64[100]", "--stage", "plan", "--format", "dot")
+    assert p.returncode == 0, p.stderr
+    clusters, nodes, _ = _dot_structure(p.stdout)
+    kernels = {k: v for k, v in clusters.items() if re.fullmatch(r"cluster_k\d+", k)}
+    prog = _plan(TARGET, 100)
+    assert len(kernels) == sum(k.is_loop for k in prog.kernels) == 2
+    for j, k in enumerate(prog.kernels):
+        assert kernels[f"cluster_k{j}"] == (f"kernel {j}: loop [100]", None)
+    # every IR node once, labelled as the plan stage names it
+    assert len(nodes) >= len(prog.graph.nodes)
+    assert re.search(r'label="%4 = exp\\nf64\[100\]\\n-> out\[1\]"', p.stdout)
+
+
+@pytest.mark.parametrize("stage", ["trace", "grad", "opt"])
+def test_dot_graph_stages(stage):
+    p = run("dump", TARGET, "--arg", "f64[100]", "--stage", stage, "--format", "dot")
+    assert p.returncode == 0, p.stderr
+    clusters, nodes, edges = _dot_structure(p.stdout)
+    assert not clusters  # no loops in EAM
+    x = np.random.default_rng(0).uniform(0.1, 1.0, (100,))
+    g = cli.front_end(cli.load_function(TARGET), [x], (0,), upto=stage)[stage]
+    outputs = len(g.outputs)
+    assert len(nodes) == len(g.nodes) + outputs  # one per IR node (inputs included), one per result
+    assert len(edges) == sum(len(n.args) for n in g.nodes) + outputs
+
+
+def test_dot_loop_bodies_are_nested_clusters(loop_file):
+    p = run("dump", f"{loop_file}:nested", "--arg", "f64[4]", "--stage", "trace", "--format", "dot")
+    assert p.returncode == 0, p.stderr
+    clusters, _, _ = _dot_structure(p.stdout)
+    (outer,) = [k for k, (label, parent) in clusters.items() if parent is None]
+    assert clusters[outer][0].startswith("body of %")
+    (inner,) = [k for k, (_, parent) in clusters.items() if parent == outer]
+    assert clusters[inner][0].startswith("body of %")
+    # the plan: the loop nodes' kernels hold their body programs, whose kernels are clusters
+    p = run("dump", f"{loop_file}:fori", "--arg", "f64[5]", "--stage", "plan", "--format", "dot")
+    assert p.returncode == 0, p.stderr
+    clusters, _, _ = _dot_structure(p.stdout)
+    prog = _plan(f"{loop_file}:fori", 5)
+    top = [k for k in clusters if re.fullmatch(r"cluster_k\d+", k)]
+    assert len(top) == sum(k.is_loop for k in prog.kernels)
+    bodies = [k for k, (label, _) in clusters.items() if label.startswith("body of %")]
+    assert len(bodies) == 2  # the forward loop and the backward loop
+    for b in bodies:
+        kernel = clusters[b][1]
+        assert re.fullmatch(r"cluster_k\d+", kernel) and "= " in clusters[kernel][0]
+        assert any(
+            parent == b and "kernel 0: loop [5]" in label for label, parent in clusters.values()
+        )
+
+
+def test_dot_while_loop_condition_cluster(loop_file):
+    p = run("dump", f"{loop_file}:whiled", "--arg", "f64[4]", "--stage", "plan", "--format", "dot")
+    assert p.returncode == 0, p.stderr
+    clusters, _, _ = _dot_structure(p.stdout)
+    assert any(label.startswith("condition of %") for label, _ in clusters.values())
+
+
+def test_dot_for_a_text_only_stage_is_a_usage_error():
+    p = run("dump", TARGET, "--arg", "f64[3]", "--stage", "asm", "--format", "dot")
+    assert p.returncode == 2
+    assert_clean_failure(p, r"--format dot draws the stages trace, grad, opt, plan")
+    p = run("dump", TARGET, "--arg", "f64[3]", "--stage", "plan", "--format", "svg")
+    assert p.returncode == 2
+    assert_clean_failure(p, r"-o FILE")
+
+
+def _have_graphviz() -> bool:
+    import shutil
+
+    try:
+        import graphviz  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("dot") is not None
+
+
+@pytest.mark.skipif(not _have_graphviz(), reason="needs the graphviz package and the dot program")
+@pytest.mark.parametrize("fmt,magic", [("svg", b"<svg"), ("png", b"\x89PNG")])
+def test_render_picture(tmp_path, loop_file, fmt, magic):
+    out = tmp_path / f"plan.{fmt}"
+    p = run("dump", f"{loop_file}:fori", "--arg", "f64[5]", "--stage", "plan", "--format", fmt,
+            "-o", str(out))  # fmt: skip
+    assert p.returncode == 0 and p.stdout == "" and p.stderr == "", p.stderr
+    data = out.read_bytes()
+    assert magic in data[:400]
+    if fmt == "svg":
+        assert b"kernel 0: loop [5]" in data and b"body of %" in data
+
+
+@pytest.mark.skipif(not _have_graphviz(), reason="needs the graphviz package and the dot program")
+@pytest.mark.parametrize("stage", ["trace", "grad", "opt", "plan"])
+def test_graphviz_accepts_the_dot_text(loop_file, stage):
+    """Graphviz itself parses every stage's DOT (nested clusters, escaped labels)."""
+    import graphviz
+
+    target = f"{loop_file}:nested"
+    x = np.random.default_rng(0).uniform(0.1, 1.0, (4,))
+    from tapejit import dot
+
+    text = dot.to_dot(cli.front_end(cli.load_function(target), [x], (0,), upto=stage)[stage])
+    assert graphviz.Source(text).pipe(format="svg").lstrip().startswith(b"<")
+
+
+def test_missing_graphviz_package_is_a_clear_error(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "graphviz", None)  # import graphviz -> ImportError
+    out = tmp_path / "plan.svg"
+    status = cli.main(["dump", TARGET, "--arg", "f64[100]", "--stage", "plan", "--format", "svg",
+                       "-o", str(out)])  # fmt: skip
+    err = capsys.readouterr()
+    assert status == 2 and err.out == "" and not out.exists()
+    assert "Traceback" not in err.err
+    (line,) = err.err.strip().splitlines()
+    assert line.startswith("tapejit: error: --format svg needs")
+    assert "pip install graphviz" in line and "apt-get install graphviz" in line
+
+
+def test_missing_dot_program_is_a_clear_error(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("graphviz")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no 'dot' there
+    out = tmp_path / "plan.png"
+    status = cli.main(["dump", TARGET, "--arg", "f64[100]", "--stage", "trace", "--format", "png",
+                       "-o", str(out)])  # fmt: skip
+    err = capsys.readouterr()
+    assert status == 2 and err.out == "" and not out.exists()
+    (line,) = err.err.strip().splitlines()
+    assert "'dot' program" in line and "apt-get install graphviz" in line
+
+
+# -- stats -----------------------------------------------------------------------------------------
+def test_stats_table_and_json_agree():
+    table = run("stats", TARGET, "--arg", "f64[100]")
+    js = run("stats", TARGET, "--arg", "f64[100]", "--json")
+    assert table.returncode == 0 and js.returncode == 0, table.stderr + js.stderr
+    stats = json.loads(js.stdout)
+    assert set(stats) >= {"nodes", "passes", "workspace_bytes", "kernels", "work", "buffers",
+                          "recomputed", "loops", "constants_bytes", "cache", "timings"}  # fmt: skip
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(table.stdout)
+    text = table.stdout
+    rows, section = {}, None
+    for line in text.splitlines():
+        if line and not line.startswith(" "):
+            section = line
+        m = re.match(r"^  (\S+(?: \S+)?)\s{2,}(\S+)(?:\s{3}.*)?$", line)
+        if m and section != "passes":  # the passes have a table of their own
+            rows.setdefault(m.group(1), (m.group(2), line))
+    for stage, n in stats["nodes"].items():
+        assert rows[stage][0] == str(n)
+    assert rows["kernels"][0] == str(stats["kernels"])
+    assert rows["workspace bytes"][0] == str(stats["workspace_bytes"])
+    assert rows["work"][0] == str(stats["work"])
+    assert rows["cache"][0] in ("hit", "miss", "off")
+    for section in ("nodes per stage", "plan", "memory", "passes", "timings (ms)"):
+        assert re.search(rf"^{re.escape(section)}$", text, re.M), section
+    for name in stats["passes"]:
+        assert re.search(rf"^  {name}\s+\d+\s+\d+\s+\d+\.\d\d\b", text, re.M), name
+    # (the two runs may differ in timings: the second finds the first's machine code cached)
+    timings = text[text.index("\ntimings (ms)\n") :].splitlines()[2:]
+    assert timings and all(re.fullmatch(r"  \w+\s+\d+\.\d\d", t) for t in timings), timings
+    # aligned: the values of the key/value rows end in one column
+    ends = {line.index(value) + len(value) for value, line in rows.values() if value != "-"}
+    assert len(ends) == 1, ends
+
+
+def test_stats_table_shows_every_figure(in_process):
+    stats = in_process.stats
+    text = cli.format_stats(stats)
+    for stage, seconds in stats["timings"].items():  # in ms, rounded to 0.01
+        assert re.search(rf"^  {stage}\s+{seconds * 1e3:.2f}$", text, re.M), stage
+    total = sum(stats["timings"].values()) * 1e3
+    assert re.search(rf"^  total\s+{total:.2f}$", text, re.M)
+    for name, d in stats["passes"].items():
+        line = re.search(rf"^  {name}\s.*$", text, re.M).group(0)
+        assert line.split()[1:4] == [str(d["nodes_before"]), str(d["nodes_after"]),
+                                     f"{d['seconds'] * 1e3:.2f}"]  # fmt: skip
+        for rule, count in d.get("rules", {}).items():
+            assert f"{rule} {count}" in line
+    assert re.search(rf"^  constants bytes\s+{stats['constants_bytes']}\b", text, re.M)
+    assert re.search(rf"^  loop nodes\s+{stats['loops']}\b", text, re.M)
+
+
+def test_format_stats_shows_unknown_keys():
+    text = cli.format_stats({"nodes": {"trace": 3}, "kernels": 1, "novel": {"a": 1}}, "t")
+    assert text.splitlines()[0] == "t"
+    assert re.search(r"^other\n  novel\s+\{\"a\": 1\}$", text, re.M)
+
+
+# -- annotated assembly ----------------------------------------------------------------------------
+def _kernel_mentions(comments: list[str], where: str = "") -> set[int]:
+    """Kernel indices named in the asm comments (``kernel 3`` / ``kernels 1, 4-6``) of the
+    program at ``where`` (``""``: the top one; else e.g. ``loop body of %1``)."""
+    found: set[int] = set()
+    for line in comments:
+        text = re.sub(r"^#\s*(inlined: |runs )?", "", line)
+        prefix = f"{where}: " if where else ""
+        if where and not text.startswith(prefix):
+            continue
+        if not where and text.startswith("loop "):
+            continue
+        m = re.match(re.escape(prefix) + r"(?:runs )?kernels? ([\d, -]+):", text)
+        if m:
+            for part in m.group(1).split(","):
+                lo, _, hi = part.strip().partition("-")
+                found.update(range(int(lo), int(hi or lo) + 1))
+    return found
+
+
+def _loop_kernels(prog) -> set[int]:
+    return {j for j, k in enumerate(prog.kernels) if k.is_loop}
+
+
+def _check_function_headers(asm: str) -> list[str]:
+    """Every function of ``asm`` is preceded by a comment naming what it implements; returns
+    the comment lines."""
+    lines = asm.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^\s*\.type\s+\S+,\s*@function", line):
+            j = i - 1
+            while not lines[j].startswith("#"):
+                assert re.match(r"^\s*\.(globl|p2align|section|text)\b", lines[j]), lines[j]
+                j -= 1
+            while lines[j].startswith("#  "):
+                j -= 1
+            assert re.match(r"^# (entry|kernel|loop|fast-call|batch|call-tape|math)", lines[j])
+    return [line for line in lines if line.startswith("#")]
+
+
+def test_asm_is_annotated_with_the_plan(in_process):
+    p = run("dump", TARGET, "--arg", "f64[100]", "--stage", "asm")
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    comments = _check_function_headers(p.stdout)
+    assert (
+        comments[0] == "# entry: tj_eam, the gradient function (straight-line code, kernel calls)"
+    )
+    assert "#   inlined: kernel 0: loop [100]: add, mul, exp, reduce_sum" in comments
+    assert _kernel_mentions(comments) == _loop_kernels(_plan(TARGET, 100)) == {0, 1}
+    assert "# fast-call entry: checks a Python call's arguments, then runs tj_eam" in comments
+    assert not re.search(r"^# ", in_process.ir("asm"), re.M)  # grad.ir("asm") stays as it was
+    raw = run("dump", TARGET, "--arg", "f64[100]", "--stage", "asm", "--no-annotate")
+    assert raw.returncode == 0 and not re.search(r"^# ", raw.stdout, re.M)
+
+
+@pytest.mark.parametrize("model,shape", [("fori", 5), ("nested", 4), ("whiled", 4), ("layers", 4)])
+def test_asm_annotation_names_every_kernel(loop_file, model, shape):
+    target = f"{loop_file}:{model}"
+    p = run("dump", target, "--arg", f"f64[{shape}]", "--stage", "asm")
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    comments = _check_function_headers(p.stdout)
+    prog = _plan(target, shape)
+    assert _kernel_mentions(comments) == _loop_kernels(prog)
+    names = {}
+    from tapejit.ir import format_graph
+
+    format_graph(prog.graph, names)
+    for n in prog.graph.nodes:  # every loop body's program, one level down
+        lp = prog.loops.get(id(n))
+        if lp is not None:
+            where = f"loop body of {names[id(n)]}"
+            assert any(c.lstrip("# ").removeprefix("inlined: ").startswith(where) for c in comments)
+            assert _kernel_mentions(comments, where) == _loop_kernels(lp.body), where
+
+
+def test_asm_annotation_of_shared_and_chunked_functions(loop_file, monkeypatch):
+    """Kernel functions shared by identical kernels list them all; straight-line chunks say
+    where in the plan they start (annotate_asm in-process, so lower.py can be patched)."""
+    import tapejit.codegen.lower as lower
+
+    target = f"{loop_file}:layers"
+    x = np.random.default_rng(0).uniform(0.1, 1.0, (4,))
+    prog = _plan(target, 4)
+    g = tj.compile(cli.load_function(target), x, cache=False)
+    comments = _check_function_headers(cli.annotate_asm(g.ir("asm"), prog))
+    assert any(re.match(r"^# kernels 0, 2, 4, 6, 8, 10: matmul f64\[4\] \(own loop nest\)$", c)
+               for c in comments), comments  # fmt: skip
+    monkeypatch.setattr(lower, "CHUNK_NODES", 10)
+    target = f"{loop_file}:scalars"
+    x = np.random.default_rng(0).uniform(0.1, 1.0, (12,))
+    prog = cli.front_end(cli.load_function(target), [x], (0,))["plan"]
+    g = tj.compile(cli.load_function(target), x, cache=False)
+    comments = _check_function_headers(cli.annotate_asm(g.ir("asm"), prog))
+    chunks = [c for c in comments if c.startswith("# entry, continued: straight-line code from ")]
+    assert len(chunks) >= 2, comments
+    assert all(re.search(r"from %\d+ on \(kernel \d+, before its loop\)$|from kernel \d+ on$", c)
+               for c in chunks), chunks  # fmt: skip
+    assert _kernel_mentions(comments) == _loop_kernels(prog)

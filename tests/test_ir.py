@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -169,3 +170,41 @@ def test_type_validation():
     with pytest.raises(ValueError):
         Type((-1,), "f64")
     assert Type((2, 3)).nbytes == 48 and str(Type(())) == "f64[]"
+
+
+def test_printer_shows_loop_bodies_under_the_loop_node():
+    """``str(graph)`` prints each loop's body (and a while_loop's condition) indented under the
+    loop node, recursively; ``format_graph`` by default keeps the one-line form that digests
+    and cache keys are made of (the body named by its digest)."""
+    import tapejit as tj
+
+    def f(x):
+        def inner(j, d):
+            return d * 0.5 + np.cos(d)
+
+        c = tj.fori_loop(0, 3, lambda i, c: tj.fori_loop(0, 2, inner, c * np.sin(x)), x)
+        w = tj.while_loop(lambda c: np.sum(c) < 10.0, lambda c: c * 1.5, c, max_steps=8)
+        return np.sum(w * w)
+
+    g = tracing.trace(f, [np.ones(3)], [0])
+    short, full = format_graph(g), str(g)
+    assert "body:" not in short and "condition:" not in short
+    assert full.startswith(short.split("\n")[0])
+    lines = full.splitlines()
+    loops = [i for i, line in enumerate(lines) if line.startswith("  %") and "= loop " in line]
+    assert len(loops) == 2
+    i = loops[0]  # the outer fori_loop: its body, which holds the inner loop and its body
+    assert lines[i + 1] == "    body:" and lines[i + 2].startswith("      graph body(")
+    assert any(line.startswith("        %") and "= loop " in line for line in lines[i : loops[1]])
+    assert any(line.startswith("          body:") for line in lines[i : loops[1]])
+    assert any(
+        line.startswith("              %") and "= cos " in line for line in lines[i : loops[1]]
+    )
+    j = loops[1]  # the while_loop: body, then condition
+    rest = lines[j:]
+    assert rest[1] == "    body:" and "    condition:" in rest
+    assert rest[rest.index("    condition:") + 1].startswith("      graph cond(")
+    assert lines[-1].startswith("  return %")  # the outer graph's return, after the bodies
+    # a loop's attribute (part of every key) names its body by the digest of the short form
+    spec = next(n for n in g.nodes if n.op == "loop").attrs[0]
+    assert re.search(r"body=[0-9a-f]{16}", repr(spec)) and "graph" not in repr(spec)
