@@ -129,6 +129,14 @@ class CodeLibrary:
         engine.finalize_object()
         return engine
 
+    def object_code(self) -> bytes:
+        """The object code of this library (emitted from the optimised IR if it was not kept;
+        loading it with :meth:`load` gives bit-identical machine code)."""
+        if self.object is None:
+            target.initialise()
+            self.object = target.target_machine().emit_object(llvm.parse_assembly(self.llvm_ir))
+        return self.object
+
     def address(self, name: str) -> int:
         """Address of the compiled function ``name`` (valid while this library lives)."""
         addr = self._engine.get_function_address(name)

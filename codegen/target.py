@@ -7,7 +7,8 @@
   (:data:`LARGE_MODULE_FUNCTIONS`). Pattern from llvmlite's ``examples/newpassmanagers.py``.
 
 An MCJIT engine takes ownership of its target machine, so :func:`target_machine` makes a fresh one
-for every engine.
+for every engine. :func:`object_machine` is the same host configuration for exported object files
+(position-independent code; ``GradientFunction.export``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,18 @@ def target_machine() -> llvm.TargetMachine:
     target = llvm.Target.from_triple(triple)
     return target.create_target_machine(
         cpu=cpu, features=features, opt=OPT_LEVEL, reloc="default", codemodel="jitdefault", jit=True
+    )
+
+
+def object_machine() -> llvm.TargetMachine:
+    """A new TargetMachine for ahead-of-time object files (:mod:`codegen.aot`): the host CPU and
+    features as for the JIT, but position-independent code (``reloc="pic"``) with the default
+    code model, so the object links into executables and shared libraries alike. The code
+    uses the host's instruction set (e.g. AVX-512): it runs on CPUs that have it."""
+    triple, cpu, features = host()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(
+        cpu=cpu, features=features, opt=OPT_LEVEL, reloc="pic", codemodel="default"
     )
 
 

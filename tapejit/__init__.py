@@ -5,7 +5,8 @@
     g = grad(x)                       # the gradient, computed by native code
     grad(x, out=g)                    # writes into g; creates no array
 
-See README.md for the pipeline and DESIGN notes; every stage prints with ``grad.ir(stage)``.
+See README.md and the documentation site (docs/) for the pipeline; every stage prints with
+``grad.ir(stage)``.
 """
 
 from .control import checkpoint, fori_loop, scan, while_loop
@@ -22,18 +23,23 @@ from .api import (
 )
 from .ir import VerifyError
 from .ops import RuleError
+from .runtime.export import ExportedGradient, SharedLibraryError
+from .runtime.pickling import GradientUnpicklingError
 from .tracing import TracingError, where
 
 __version__ = "0.1.0"
 
 __all__ = [
     "STAGES",
+    "ExportedGradient",
     "GradientFunction",
+    "GradientUnpicklingError",
     "GuardError",
     "GuardWarning",
     "MaxStepsError",
     "MaxStepsWarning",
     "RuleError",
+    "SharedLibraryError",
     "TracingError",
     "VerifyError",
     "checkpoint",

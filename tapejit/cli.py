@@ -613,6 +613,7 @@ examples:
   tapejit dump examples/eam.py:eam --arg 'f64[100]' --stage plan --format svg -o eam.svg
   tapejit dump examples/eam.py:eam --arg 'f64[100]' --stage asm
   tapejit stats examples/eam.py:eam --arg 'f64[100]'
+  tapejit export examples/eam.py:eam --arg 'f64[100]' -o build
   tapejit cache info"""
 
 _ARG_HELP = (
@@ -710,6 +711,32 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             c.add_argument("--json", action="store_true", help="print grad.stats as JSON")
     c = sub.add_parser(
+        "export",
+        formatter_class=raw,
+        help="write FUNC's gradient as an object file and a C header, for use from C",
+        description=_para(
+            "Compile the gradient of FUNC in FILE.py for the given argument shapes and write it "
+            "as a relocatable object file (NAME.o, position-independent, for this CPU) and a C "
+            "header (NAME.h: the signature, shapes, workspace size, guards and status codes); "
+            "--shared also links libNAME.so with the system C compiler. Captured arrays are "
+            "embedded in the object."
+        ),
+        epilog="example:\n  tapejit export examples/eam.py:eam --arg 'f64[100]' -o build --shared",
+    )
+    c.add_argument("target", metavar="FILE.py:FUNC", help="the function to differentiate")
+    c.add_argument("--arg", action="append", default=[], metavar="SPEC", help=_ARG_HELP)
+    c.add_argument(
+        "--argnums", type=int, nargs="*", metavar="N",
+        help="positions of the arguments to differentiate (default: 0)",
+    )  # fmt: skip
+    c.add_argument(
+        "-o", "--output", required=True, metavar="DIR",
+        help="directory to write into (created if missing), or FILE.o to name the files",
+    )  # fmt: skip
+    c.add_argument("--name", help="the C function's name (default: FUNC)")
+    c.add_argument("--shared", action="store_true", help="also link a shared library")
+    c.set_defaults(usage_error=c.error)
+    c = sub.add_parser(
         "cache",
         help="inspect or clear the on-disk cache of compiled code",
         description=_para(
@@ -742,6 +769,8 @@ def main(argv: list[str] | None = None) -> int:
         return _cache(ns.action)
     if ns.command == "ops":
         return _emit(primitives_markdown())
+    if ns.command == "export":
+        return _export(ns)
     if ns.command == "stats":
         try:
             grad = _compile(ns)
@@ -753,6 +782,26 @@ def main(argv: list[str] | None = None) -> int:
         title = f"{ns.target}({', '.join(ns.arg)}), gradient wrt argnums {nums}"
         return _emit(format_stats(grad.stats, title))
     return _dump(ns)
+
+
+def _export(ns) -> int:
+    """``tapejit export``: compile, then write the object file and header (and library)."""
+    from tapejit.runtime.export import SharedLibraryError
+
+    try:
+        grad = _compile(ns)
+    except Exception as e:  # the CLI reports any failure as one line, exit status 1
+        return _fail(f"{type(e).__name__}: {e}")
+    try:
+        result = grad.export(ns.output, name=ns.name, shared=ns.shared)
+    except ValueError as e:
+        ns.usage_error(str(e))
+    except SharedLibraryError as e:
+        return _fail(str(e))
+    except OSError as e:
+        return _fail(f"{type(e).__name__}: {e}")
+    written = [result.object, result.header] + ([result.shared] if result.shared else [])
+    return _emit("\n".join(f"wrote {w}" for w in written))
 
 
 def _dump(ns) -> int:

@@ -674,3 +674,19 @@ def test_asm_annotation_of_shared_and_chunked_functions(loop_file, monkeypatch):
     assert all(re.search(r"from %\d+ on \(kernel \d+, before its loop\)$|from kernel \d+ on$", c)
                for c in chunks), chunks  # fmt: skip
     assert _kernel_mentions(comments) == _loop_kernels(prog)
+
+
+# -- export ----------------------------------------------------------------------------------------
+def test_export_writes_the_object_header_and_library(tmp_path):
+    p = run("export", TARGET, "--arg", "f64[100]", "-o", str(tmp_path), "--shared")
+    assert p.returncode == 0, p.stderr
+    for name in ("eam.o", "eam.h", "libeam.so"):
+        assert (tmp_path / name).is_file() and f"wrote {tmp_path / name}" in p.stdout
+    assert "EAM_WORKSPACE_BYTES" in (tmp_path / "eam.h").read_text()
+
+
+def test_export_reports_bad_names_and_paths():
+    p = run("export", TARGET, "--arg", "f64[100]", "-o", "/tmp", "--name", "2bad")
+    assert p.returncode == 2 and "C identifier" in p.stderr
+    p = run("export", TARGET, "--arg", "f64[100]", "-o", "/etc/hostname/x")
+    assert p.returncode == 1 and "/etc/hostname/x" in p.stderr and "Traceback" not in p.stderr

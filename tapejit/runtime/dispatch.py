@@ -58,6 +58,7 @@ class Dispatcher:
         self.variants: list[Variant] = []  # most recently used first
         self.lenient: list[Variant] = []  # traced without max_steps checks (kept apart)
         self.compiles = 0
+        self.missing: str | None = None  # why ``fn`` is None (an unpickled gradient)
         self._warned = False
         self._lock = threading.Lock()
         self._lock_pid = os.getpid()
@@ -170,8 +171,13 @@ class Dispatcher:
         if self.options.on_guard_failure == "raise" or self.fn is None:
             raise GuardError(
                 f"{self.name}: guard {status} at {where} was compiled for the outcome {expected}, "
-                "and this input takes the other path; compile with on_guard_failure='recompile' "
-                "(the default), or make the choice branch-free with tapejit.where(cond, a, b)"
+                "and this input takes the other path; "
+                + (
+                    f"it cannot recompile here: {self.missing}"
+                    if self.fn is None and self.missing
+                    else "compile with on_guard_failure='recompile' (the default), "
+                    "or make the choice branch-free with tapejit.where(cond, a, b)"
+                )
             )
         tried = {id(failed)}
         r = self._try(args, out, tried)

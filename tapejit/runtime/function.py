@@ -78,6 +78,7 @@ class GradientFunction(functools.partial):
             progress,
         )
         self.fn = f
+        self._example = tuple(example_args)  # to recompile an unpickled copy on another host
         self._dispatcher = Dispatcher(f, options, self._point)
         self._primary = self._dispatcher.start(example_args)
 
@@ -88,9 +89,11 @@ class GradientFunction(functools.partial):
         functools.partial.__setstate__(self, (v.entry, (), {}, self.__dict__))
 
     def __reduce__(self):
-        raise TypeError(
-            "a GradientFunction holds native code and cannot be pickled; pickle f instead"
-        )
+        """Pickle support: the compiled object code and everything needed to run it (see
+        :mod:`tapejit.runtime.pickling`); ``copy.deepcopy`` goes the same way."""
+        from . import pickling
+
+        return pickling.reduce(self)
 
     # functools.partial's own attributes are an implementation detail here
     @property

@@ -95,18 +95,25 @@ class Variant:
     def __init__(
         self,
         built: pipeline.Built,
-        trace: Graph,
+        trace: Graph | None,
         front: pipeline.Front | None,
         signature: Signature,
         stats: dict[str, Any],
         dispatcher: "Dispatcher | None",
+        guards: Sequence[tuple] | None = None,
+        texts: dict[str, str] | None = None,
     ):
+        """``built`` bound for calls. ``trace``: the forward graph it was compiled from, or
+        ``None`` for a variant restored from a pickle, which gives its ``guards`` (``(_,
+        expected outcome, source line)`` per guard) and the printed stages it kept (``texts``)."""
         self.signature = signature
         self.name = signature.name
         self.dispatcher = dispatcher
-        self.guards = trace.guards
+        self.guards = trace.guards if trace is not None else tuple(guards or ())
         self._trace = trace
         self._front = front
+        self._texts = dict(texts or {})
+        self._built = built
         self._symbol = built.symbol
         self._llvm = built.llvm
         self._lib = built.lib
@@ -266,6 +273,13 @@ class Variant:
     # -- introspection --------------------------------------------------------------------------
     def ir(self, stage: str) -> str:
         """Printed form of a pipeline stage (:data:`tapejit.pipeline.STAGES`)."""
+        if stage in ("trace", "grad", "opt", "plan") and self._trace is None:
+            if stage not in self._texts:
+                raise ValueError(
+                    f"{self.name}: the {stage!r} stage was not computed before this gradient was "
+                    "pickled; call grad.ir(stage) before pickling to keep it"
+                )
+            return self._texts[stage]
         if stage == "trace":
             return str(self._trace)
         if stage in ("grad", "opt", "plan"):
@@ -278,6 +292,15 @@ class Variant:
         if stage == "asm":
             return self._lib.asm
         raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(pipeline.STAGES)}")
+
+    def texts(self) -> dict[str, str]:
+        """The printed stages of the front end computed so far (what a pickle keeps)."""
+        if self._trace is None:
+            return dict(self._texts)
+        out = {"trace": str(self._trace)}
+        if self._front is not None:
+            out.update((s, str(v)) for s, v in self.stages().items() if s != "trace")
+        return out
 
     def stages(self) -> dict[str, Any]:
         """The front end's stages (recomputed once if a cache hit skipped them)."""
