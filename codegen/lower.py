@@ -12,6 +12,13 @@ split into chained functions of :data:`CHUNK_NODES` nodes. It returns 0 on succe
 when guard k failed — before any output was written. It never calls malloc/free: all memory
 is the caller's.
 
+Each loop kernel is a call of an internal *kernel function* emitted once per structure
+(:class:`Interface`: ops, wiring, types): kernels that differ only in the buffers they touch,
+where they start in them, or — when a structure occurs with several — in their sizes (trip
+counts, extents, strides) and f64 constants share one function, which takes the differing
+values as arguments (:data:`SHARE_MIN`); long runs of calls are walked from a table
+(:data:`TAPE_MIN`).
+
 Lowering is table-driven: :data:`EMIT` gives the scalar instruction(s) of every elementwise op,
 :data:`LOWER` the lowering of every other op group. Array ops stay *rolled* loops (vectorised by
 LLVM); scalar nodes are straight-line code in registers. Reductions accumulate with ``reassoc`` on
@@ -44,6 +51,10 @@ ELEM_REG = {"f64": F64, "bool": I1}  # a scalar in a register
 
 def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
+
+
+def _i64(v: int | ir.Value) -> ir.Value:
+    return I64(v) if isinstance(v, int) else v
 
 
 def _math(op):
@@ -154,6 +165,10 @@ class Lowering:
         self._spill_ptr: ir.Value | None = None
         self.workspace_bytes = prog.workspace_bytes
         self._spill_base = -(-prog.workspace_bytes // 64) * 64
+        # sizes that are arguments of the kernel function being emitted (see Interface): empty
+        # in every other function, where all sizes are constants
+        self.sym: dict[tuple, ir.Value] = {}
+        self.typed: dict[int, str] | frozenset[int] = frozenset()
 
     # -- memory -------------------------------------------------------------------------------
     def ptr(self, n: Node) -> ir.Value:
@@ -199,6 +214,9 @@ class Lowering:
     def load(self, n: Node, idx: ir.Value | None) -> ir.Value:
         """Element ``idx`` (flat, i64) of ``n``; scalars and constants need no memory access."""
         if n.op == Op.CONST:
+            v = self.sym.get(("const", id(n), 0)) if self.sym else None
+            if v is not None:  # an argument of the kernel function (see Interface)
+                return v
             return I1(int(n.attrs[0])) if n.dtype == "bool" else F64(n.attrs[0])
         if n.shape == ():
             return self.regs[id(n)]
@@ -218,8 +236,9 @@ class Lowering:
 
     # -- loops --------------------------------------------------------------------------------
     @contextmanager
-    def loop(self, count: int):
-        """``for i in range(count)`` as a rolled loop; yields the i64 induction variable."""
+    def loop(self, count: int | ir.Value):
+        """``for i in range(count)`` as a rolled loop; yields the i64 induction variable.
+        ``count`` is a constant or an i64 value (a size argument of a kernel function)."""
         b = self.b
         pre = b.block
         head = self.fn.append_basic_block("loop")
@@ -229,7 +248,7 @@ class Lowering:
         b.position_at_end(head)
         i = b.phi(I64)
         i.add_incoming(I64(0), pre)
-        b.cbranch(b.icmp_signed("<", i, I64(count)), body, done)
+        b.cbranch(b.icmp_signed("<", i, _i64(count)), body, done)
         b.position_at_end(body)
         yield i
         nxt = b.add(i, I64(1), flags=("nuw", "nsw"))
@@ -238,8 +257,9 @@ class Lowering:
         b.position_at_end(done)
 
     @contextmanager
-    def nest(self, shape: tuple[int, ...]):
-        """Nested loops over ``shape`` (row-major); yields the list of i64 indices."""
+    def nest(self, shape: tuple):
+        """Nested loops over ``shape`` (row-major; constant or i64 extents); yields the list of
+        i64 indices."""
         if not shape:
             yield []
             return
@@ -247,22 +267,74 @@ class Lowering:
             with self.nest(shape[1:]) as rest:
                 yield [i, *rest]
 
-    def affine(self, idx: list[ir.Value], offset: int, strides: tuple[int, ...]) -> ir.Value:
-        """``offset + sum(idx[k] * strides[k])`` as an i64 value."""
+    def affine(self, idx: list[ir.Value], offset, strides: tuple) -> ir.Value:
+        """``offset + sum(idx[k] * strides[k])`` as an i64 value (constant or i64 offset and
+        strides)."""
         b = self.b
-        acc: ir.Value = I64(offset)
+        acc: ir.Value = _i64(offset)
         for i, s in zip(idx, strides):
-            if s == 1:
+            if not isinstance(s, int):
+                acc = b.add(acc, b.mul(i, s, flags=("nsw",)), flags=("nsw",))
+            elif s == 1:
                 acc = b.add(acc, i, flags=("nsw",))
             elif s != 0:
                 acc = b.add(acc, b.mul(i, I64(s), flags=("nsw",)), flags=("nsw",))
         return acc
 
-    def flat(self, idx: list[ir.Value], shape: tuple[int, ...]) -> ir.Value:
-        return self.affine(idx, 0, _c_strides(shape))
+    def flat(self, idx: list[ir.Value], shape: tuple) -> ir.Value:
+        return self.affine(idx, 0, self.c_strides(shape))
+
+    # -- sizes: constants, or arguments of a kernel function shared by several sizes ----------
+    def shape(self, n: Node) -> tuple:
+        """``n``'s shape, each dimension a constant or, in a kernel function whose key leaves
+        it free (:class:`Interface`), the i64 argument that carries it."""
+        if not self.sym:
+            return n.shape
+        if id(n) not in self.typed:  # its sizes are not in the key: they may differ per call
+            raise AssertionError(f"kernel function reads the shape of a node its key omits: {n}")
+        return tuple(self.sym.get(("shape", id(n), a), d) for a, d in enumerate(n.shape))
+
+    def space(self, k) -> tuple:
+        """The iteration space of kernel ``k`` (as :meth:`shape`)."""
+        if not self.sym:
+            return k.space
+        return tuple(self.sym.get(("space", 0, a), d) for a, d in enumerate(k.space))
+
+    def strides_of(self, n: Node, strides: tuple[int, ...]) -> tuple:
+        """The element ``strides`` of gather or scatter ``n`` (as :meth:`shape`)."""
+        if not self.sym:
+            return strides
+        return tuple(self.sym.get(("stride", id(n), a), s) for a, s in enumerate(strides))
+
+    def mul_i(self, x, y):
+        """``x * y`` of two sizes: a constant when both are, else an i64 value."""
+        if isinstance(x, int) and isinstance(y, int):
+            return x * y
+        if isinstance(x, int) and x == 1:
+            return y
+        if isinstance(y, int) and y == 1:
+            return x
+        return self.b.mul(_i64(x), _i64(y), flags=("nsw",))
+
+    def size(self, dims: tuple):
+        """The product of ``dims`` (constant when they all are)."""
+        acc = 1
+        for d in dims:
+            acc = self.mul_i(acc, d)
+        return acc
+
+    def c_strides(self, dims: tuple) -> tuple:
+        """Row-major element strides of an array of extents ``dims``."""
+        if all(isinstance(d, int) for d in dims):
+            return _c_strides(dims)
+        out, acc = [], 1
+        for d in reversed(dims):
+            out.append(acc)
+            acc = self.mul_i(acc, d)
+        return tuple(reversed(out))
 
     def copy_into(self, dst: ir.Value, src: Node) -> None:
-        with self.loop(src.type.size) as i:
+        with self.loop(self.size(self.shape(src))) as i:
             self.store_to(dst, i, self.load(src, i), src.dtype)
 
     def accumulator(self, init: float) -> ir.Value:
@@ -289,7 +361,8 @@ class Lowering:
         self._chunk_start = 0
         weight = 0  # straight-line nodes and calls emitted into the current function
         step = 0  # position in the program, numbered as in _last_reads
-        for k in self.prog.kernels:
+        faces = self.interfaces()
+        for j, k in enumerate(self.prog.kernels):
             if k.pre:
                 self.flush(pending)
             for n in k.pre:
@@ -312,7 +385,7 @@ class Lowering:
                 self.node(k.op)
                 weight += 1
             else:
-                face = Interface(self, k)
+                face = faces[j]
                 fn = self.kernel_fn(face, k)
                 record = self.record(face)
                 if record is None:  # reads or defines registers: a call in straight-line code
@@ -337,6 +410,43 @@ class Lowering:
             self.copy_into(self.fn.args[self.n_in + k], o)
         self.b.ret(I32(0))
         return self.module
+
+    def interfaces(self) -> dict[int, "Interface"]:
+        """The :class:`Interface` of every loop kernel (by index in the program), with its
+        size arguments chosen. A position of a key (a size or an f64 constant) stays a constant
+        of the kernel function when every kernel of that key has the same value there — so a
+        key that occurs with one set of sizes keeps a fully specialised function, whose trip
+        counts LLVM knows — and is an argument when they disagree (and the key occurs with at
+        least :data:`SHARE_MIN` sets): one argument per class of such positions that are equal
+        in every kernel of the key (the extents of a matmul's operands that must agree are
+        one argument, and LLVM sees that they are equal)."""
+        faces: dict[int, Interface] = {}
+        by_key: dict[str, list[Interface]] = {}
+        for j, k in enumerate(self.prog.kernels):
+            if not (k.body or k.op is not None) or (k.op is not None and k.op.op == Op.LOOP):
+                continue
+            face = faces[j] = Interface(self, k)
+            by_key.setdefault(face.key, []).append(face)
+        for key, group in by_key.items():
+            first = group[0].values
+            if len(group) < SHARE_MIN or len({f.values for f in group}) < SHARE_MIN:
+                for f in group:  # one function per set of sizes
+                    f.fkey = (key, tuple(f.values))
+                continue
+            classes: dict[tuple, list[int]] = {}  # (kind, values in the group) -> positions
+            kinds = group[0].positions
+            for p in range(len(first)):
+                column = tuple(f.values[p] for f in group)
+                if any(v != column[0] for v in column):
+                    classes.setdefault((kinds[p][0] == "const", column), []).append(p)
+            free = tuple(tuple(ps) for ps in classes.values())
+            types = tuple(F64 if is_const else I64 for is_const, _ in classes)
+            fixed = sorted(set(range(len(first))).difference(*free))
+            for f in group:
+                f.free, f.size_types = free, types
+                f.sizes = tuple(f.values[ps[0]] for ps in free)
+                f.fkey = (key, tuple(f.values[p] for p in fixed))
+        return faces
 
     def _last_reads(self) -> dict[int, int]:
         """``id(scalar) -> the last step that reads it`` (outputs: past the end). Steps number
@@ -431,10 +541,10 @@ class Lowering:
     def kernel_fn(self, face: "Interface", k) -> ir.Function:
         """The kernel function of ``k``'s structure, emitted the first time it is seen (see
         :class:`KernelFunction`)."""
-        hit = self.kernel_fns.get(face.key)
+        hit = self.kernel_fns.get(face.fkey)
         if hit is None:
             name = f"{self.fn.name}.k{len(self.kernel_fns)}"
-            hit = self.kernel_fns[face.key] = (KernelFunction(self, k, face, name).fn, [0])
+            hit = self.kernel_fns[face.fkey] = (KernelFunction(self, k, face, name).fn, [0])
         # symbol -> the (program, kernel) pairs it computes (``tapejit dump --stage asm`` names them)
         self.module.__dict__.setdefault("_tapejit_kernels", {}).setdefault(hit[0].name, []).append(
             (self.prog, k)
@@ -444,7 +554,7 @@ class Lowering:
     def call_direct(self, face: "Interface", fn: ir.Function) -> None:
         """Call kernel function ``fn`` with the buffers, scalars and reduction results of
         ``face``, as straight-line code."""
-        self.kernel_fns[face.key][1][0] += 1
+        self.kernel_fns[face.fkey][1][0] += 1
         b = self.b
         gather_params = {i: off for i, off in zip(face.gathers.values(), face.gather_offsets)}
         args = []
@@ -453,6 +563,10 @@ class Lowering:
             if i in gather_params:
                 p = b.gep(p, [I64(gather_params[i])], inbounds=True)
             args.append(b.bitcast(p, ty))
+        args += [
+            I64(v) if ty == I64 else F64(_F64_BYTES.unpack(_BITS.pack(v))[0])
+            for v, ty in zip(face.sizes, face.size_types)
+        ]
         args += [self.load(n, None) for n in face.scalars]
         results = [self.accumulator(0.0) for _ in face.results]
         b.call(fn, args + results)
@@ -460,9 +574,10 @@ class Lowering:
             self.set_reg(n, b.load(r))
 
     def record(self, face: "Interface") -> list[int] | None:
-        """The call of ``face`` as a tape record ``[base, byte offset] * params`` — each
-        pointer parameter as one of this function's pointer arguments plus a constant offset —
-        or ``None`` when the kernel reads or defines scalars in registers."""
+        """The call of ``face`` as a tape record ``[base, byte offset] * params + sizes`` —
+        each pointer parameter as one of this function's pointer arguments plus a constant
+        offset, then the value of each size argument — or ``None`` when the kernel reads or
+        defines scalars in registers."""
         if face.scalars or face.results:
             return None
         gather_params = {i: off for i, off in zip(face.gathers.values(), face.gather_offsets)}
@@ -477,6 +592,7 @@ class Lowering:
                 words += [self.n_in + slot.index, elems * size]
             else:
                 words += [len(self.fn.args) - 1, slot.index + elems * size]
+        words.extend(face.sizes)
         return words
 
     def flush(self, pending: list) -> None:
@@ -500,8 +616,8 @@ class Lowering:
         for face, fn, record in pending:
             if id(fn) not in self._cases:
                 self._cases[id(fn)] = len(self._case_fns)
-                self._case_fns.append((fn, len(face.ptr_nodes)))
-                self.kernel_fns[face.key][1][0] += 2  # kept out of line: the walker stays small
+                self._case_fns.append((fn, len(face.ptr_nodes), len(face.sizes)))
+                self.kernel_fns[face.fkey][1][0] += 2  # kept out of line: the walker stays small
             words += [self._cases[id(fn)], *record]
         pending.clear()
         # the table as bytes: one constant for llvmlite to print instead of one per word
@@ -525,7 +641,8 @@ class Lowering:
     def emit_walker(self) -> None:
         """The body of the one function that walks every call tape of this program: a loop over
         the records of a table, dispatching on the kernel number (one case per kernel function
-        called from a tape)."""
+        called from a tape); a record's size words are the function's size arguments (a
+        constant's bits, reinterpreted as a double)."""
         w = self._walker
         table, n_words, bases = w.args
         b = ir.IRBuilder(w.append_basic_block("entry"))
@@ -549,18 +666,21 @@ class Lowering:
         b.position_at_end(body)
         switch = b.switch(word(pos), bad)
         step = []
-        for case, (fn, arity) in enumerate(self._case_fns):
+        for case, (fn, arity, sizes) in enumerate(self._case_fns):
             block = w.append_basic_block(f"k{case}")
             switch.add_case(I64(case), block)
             b.position_at_end(block)
             args = []
-            for j, ty in enumerate(fn.function_type.args):
+            for j, ty in enumerate(fn.function_type.args[:arity]):
                 base = word(b.add(pos, I64(1 + 2 * j)))
                 off = word(b.add(pos, I64(2 + 2 * j)))
                 p = b.load(b.gep(bases, [base], inbounds=True))
                 args.append(b.bitcast(b.gep(p, [off], inbounds=True), ty))
+            for j, ty in enumerate(fn.function_type.args[arity : arity + sizes]):
+                v = word(b.add(pos, I64(1 + 2 * arity + j)))
+                args.append(v if ty == I64 else b.bitcast(v, ty))  # a constant: its bits
             b.call(fn, args)
-            step.append((b.add(pos, I64(1 + 2 * arity)), b.block))
+            step.append((b.add(pos, I64(1 + 2 * arity + sizes)), b.block))
             b.branch(latch)
         b.position_at_end(latch)
         nxt = b.phi(I64)
@@ -604,39 +724,145 @@ class Lowering:
         return self.b.uitofp(v, F64) if n.dtype == "bool" else v
 
 
-#: A run of at least this many consecutive kernel calls that pass only pointers is emitted as a
-#: *call tape*: a constant table of records (kernel number, then base argument and byte offset
-#: of each pointer parameter) walked by one dispatch loop. Straight-line calls cost LLVM time
-#: per call site (and code generation of one large function grows faster than linearly, see
-#: DESIGN.md), so a model with thousands of layers would compile in seconds; with tapes the
-#: main function's size tracks the number of distinct kernels. The price is an indirect branch
+#: Kernels of one key (:class:`Interface`) share a function whose differing sizes (and
+#: constants) are arguments when the key occurs with at least this many different sets of
+#: them; below that each set gets a function specialised to it (all sizes constant), as a key
+#: that occurs with one set always does. A Python loop over slices of changing length made one
+#: function per length: the row-by-row Lennard-Jones model of tests/test_kernels.py (and
+#: bench/test_lj.py) compiled 380 kernel functions in 2.0-2.5 s at N = 64 and 1,532 in 14-20 s
+#: at N = 256; shared, 15 functions in 0.2 s and 0.5-0.9 s, the gradient as fast (15.5 and
+#: ~230 us both ways). Constant trip counts win only in tiny loops: a chain of 120 windows of
+#: 2-7 elements ran 5 % faster specialised (~1 ns a call), of 20-25 elements 8 % slower, of
+#: 60-65 the same; the DAG models (weight and bias gradients of 256 and 16 elements, now one
+#: scatter function) time the same. So a key seen with two sets of sizes shares.
+SHARE_MIN = 2
+
+#: A run of at least this many consecutive kernel calls that pass only pointers (and sizes) is
+#: emitted as a *call tape*: a constant table of records (kernel number, then base argument and
+#: byte offset of each pointer parameter, then the value of each size argument) walked by one
+#: dispatch loop. Straight-line calls cost LLVM time per call site (and code generation of one
+#: large function grows faster than linearly, see DESIGN.md), so a model with thousands of
+#: layers would compile in seconds; with tapes the main function's size tracks the number of
+#: distinct kernels. The price is an indirect branch
 #: and a few loads per call (~2 ns), so short runs — the whole of a small model — stay direct
 #: calls that LLVM may inline.
 TAPE_MIN = 16
 
 
 _COMMUTATIVE = frozenset(ops.COMMUTATIVE)
+_OF_SPACE = {"f64": "f64[space]", "bool": "bool[space]"}
+_F64_BYTES, _BITS = struct.Struct("<d"), struct.Struct("<q")
+_SPELLINGS: dict[tuple, tuple[str, tuple[int, ...]]] = {}
+
+
+def _spelling(dtype: str, dims: tuple[int, ...], first: int) -> tuple[str, tuple[int, ...]]:
+    """``dims`` as a kernel key spells them when its next position is ``first`` — sizes -1, 0
+    and 1 as they are, the others as ``d{first}``, ``d{first + 1}``, ... — and the axes that
+    are positions (remembered: keys spell few distinct shapes; it is most of a key's cost)."""
+    key = (dtype, dims, first)
+    hit = _SPELLINGS.get(key)
+    if hit is None:
+        out, axes = [], []
+        for a, d in enumerate(dims):
+            if -1 <= d <= 1:
+                out.append(str(d))
+            else:
+                out.append(f"d{first + len(axes)}")
+                axes.append(a)
+        text = ",".join(out)
+        if len(_SPELLINGS) > 65536:
+            _SPELLINGS.clear()
+        hit = _SPELLINGS[key] = (f"{dtype}[{text}]" if dtype else text, tuple(axes))
+    return hit
 
 
 class Interface:
     """The parameters of a loop kernel as a function, and its structural key.
 
     Parameters: one pointer per distinct buffer the kernel reads or writes (``ptr_nodes``, a
-    representative node each), one value per scalar it reads from outside (``scalars``), and
-    one result pointer per full reduction it computes (``results``). The key spells the
-    kernel's ops, attributes, types, space and operand wiring in terms of these parameters, so
-    kernels that differ only in which buffers they touch share one key, hence one function.
+    representative node each), the kernel's *size arguments* (see below), one value per scalar
+    it reads from outside (``scalars``), and one result pointer per full reduction it computes
+    (``results``). The key spells the kernel's ops, attributes, types, space and operand wiring
+    in terms of these parameters, so kernels that differ only in which buffers they touch share
+    one key, hence one function; where a gather starts in its operand (and a scatter in its
+    result) is added to the pointer by the caller, so it is no part of the key either.
+
+    Sizes — the extents of the iteration space and of every type the key spells, the element
+    strides of gathers and scatters — and the values of f64 constants are written into the key
+    as *positions* (``d0``, ``#1``, ... in order of first appearance; one per axis of the space
+    and of each node, one per constant node; a type equal to the space is spelled ``[space]``)
+    with their values in ``values`` (a constant's: its bits as an int64), so kernels that differ
+    only in their sizes (``d = pos[i + 1:] - pos[i]`` in a Python loop: one kernel per length)
+    or constants (``/ i``) share a key too. ``Lowering.interfaces`` makes the positions on
+    which kernels of one key disagree arguments of the function (``free``: the positions each
+    argument carries; ``size_types``: i64 for a size, double for a constant; ``sizes``: this
+    kernel's values); the others stay constants in its code. Sizes -1, 0 and 1 are never
+    positions: code branches on them (a broadcast axis, a matrix-vector product), so they stay
+    in the key as they are. Kernels get positions only where their lowering reads every size
+    through ``Lowering.shape``/``space``/``strides_of`` (fused loops, partial reductions,
+    ``matmul``, scatters: every op that has a loop kernel today); in any other kernel every size
+    and constant stays in the key.
     """
+
+    # the size arguments (set by Lowering.interfaces when kernels of the key disagree): the
+    # positions each one carries, its type — I64 (a size) or F64 (a constant) — and this
+    # kernel's values of them (a constant's bits)
+    free: tuple[tuple[int, ...], ...] = ()
+    size_types: tuple[ir.Type, ...] = ()
+    sizes: tuple[int, ...] = ()
 
     def __init__(self, L: "Lowering", k):
         self.ptr_nodes: list[Node] = []
         self.gather_offsets: list[int] = []  # element offset added to each gather's pointer
         self.scalars: list[Node] = []
         self.results: list[Node] = []
+        values: list[int] = []  # the size at each position of the key
+        positions: list[tuple] = []  # what each is: ("space", 0, axis), ("shape", id, axis), ...
+        self.fkey: tuple = ()  # the key of its function: the key and the sizes it fixes
         bufs: dict[tuple, int] = {}
         regs: dict[int, int] = {}
+        spelled: dict[int, str] = {}  # id(node) -> its type as the key spells it
+        space_shape = k.space
         nodes = list(k.body) if k.body else [k.op]
         local = {id(n): i for i, n in enumerate(nodes)}
+        op = k.op
+        in_place = (
+            op is not None and op.op in ops.SCATTER and L.location(op) == L.location(op.args[0])
+        )
+        poly = bool(k.body) or (
+            op is not None and (op.op in ops.SCATTER or op.op in ops.REDUCE or op.op == Op.MATMUL)
+        )
+
+        def spell(what: str, ident: int, dims: tuple[int, ...], dtype: str = "") -> str:
+            """``dims`` as the key spells them (``dtype[dims]`` with a ``dtype``): a new
+            position for each size (called once per space, node type and strides)."""
+            if not poly:
+                return ",".join(map(str, dims))
+            text, axes = _spelling(dtype, dims, len(values))
+            for a in axes:
+                values.append(dims[a])
+                positions.append((what, ident, a))
+            return text
+
+        def const(a: Node) -> str:  # an f64 constant's value, as a position (its bits)
+            if not poly or a.dtype != "f64":
+                return repr(a.attrs[0])
+            t = spelled.get(-id(a))
+            if t is None:
+                t = spelled[-id(a)] = f"#{len(values)}"
+                values.append(_BITS.unpack(_F64_BYTES.pack(a.attrs[0]))[0])
+                positions.append(("const", id(a), 0))
+            return t
+
+        def T(n: Node) -> str:  # type_text(n.type), its sizes as positions
+            if n.shape == space_shape:  # in a fused loop: the space's shape (its own positions)
+                return _OF_SPACE[n.dtype]
+            if not poly:
+                return type_text(n.type)
+            t = spelled.get(id(n))
+            if t is None:
+                t = spelled[id(n)] = spell("shape", id(n), n.shape, n.dtype)
+            return t
 
         def buf(n: Node) -> int:
             phys, off = L.location(n)
@@ -650,27 +876,34 @@ class Interface:
             if id(a) in local and k.body:
                 return f"b{local[id(a)]}"
             if a.op == Op.CONST:
-                return f"c{a.attrs[0]!r}:{type_text(a.type)}"
+                return f"c{const(a)}:{T(a)}"
             if a.shape == ():
                 if id(a) not in regs:
                     regs[id(a)] = len(self.scalars)
                     self.scalars.append(a)
                 return f"s{regs[id(a)]}:{a.dtype}"
-            return f"p{buf(a)}:{type_text(a.type)}"
+            return f"p{buf(a)}:{T(a)}"
 
         self.gathers: dict[int, int] = {}  # id(gather node) -> its pointer parameter
 
-        parts = [f"space={k.space} op={k.op is not None}"]
+        space = "None" if k.space is None else spell("space", 0, k.space)
+        parts = [f"space=({space}) op={op is not None}"]
         for n in nodes:
-            if k.op is n and n.op in ops.SCATTER and L.location(n) == L.location(n.args[0]):
-                # in place: the caller passes the address of the updated block
+            if n is op and n.op in ops.SCATTER:
                 offset, strides = ops.index_affine(n.shape, n.attrs)
-                self.gathers[id(n)] = len(self.ptr_nodes)
-                self.ptr_nodes.append(n)
-                self.gather_offsets.append(offset)
-                line = (
-                    f"{n.op}|{n.type}|{strides}|" + ref(n.args[1]) + f">g{self.gathers[id(n)]}"
-                )
+                line = f"{n.op}|{T(n)}|({spell('stride', id(n), strides)})|"
+                if in_place:
+                    # the caller passes the address of the updated block, so scatters that
+                    # differ only in where the block starts share one kernel function
+                    self.gathers[id(n)] = len(self.ptr_nodes)
+                    self.ptr_nodes.append(n)
+                    self.gather_offsets.append(offset)
+                    line += ref(n.args[1]) + f">g{self.gathers[id(n)]}"
+                else:
+                    # it copies the accumulator into the result first: one pointer to the
+                    # result (two would alias), the block's offset a size
+                    line += f"@{spell('offset', id(n), (offset,))}|"
+                    line += ",".join(ref(a) for a in n.args) + f">p{buf(n)}"
                 parts.append(line)
                 continue
             if k.body and n.op in ops.GATHERS and n.args[0].shape != ():
@@ -680,12 +913,19 @@ class Interface:
                 self.gathers[id(n)] = len(self.ptr_nodes)
                 self.ptr_nodes.append(n.args[0])
                 self.gather_offsets.append(offset)
-                line = f"gather|{n.type}|{strides}|{n.args[0].dtype}<g{self.gathers[id(n)]}"
+                line = (
+                    f"gather|{T(n)}|({spell('stride', id(n), strides)})|{n.args[0].dtype}"
+                    f"<g{self.gathers[id(n)]}"
+                )
             else:
                 refs = [ref(a) for a in n.args]  # in order: ref() numbers new parameters
                 if n.op in _COMMUTATIVE:
                     refs.sort()  # a*b and b*a give the same bits: let them share a function
-                line = f"{n.op}|{n.attrs!r}|{type_text(n.type)}|" + ",".join(refs)
+                # a scalar spread's attributes are its shape, which its type spells already
+                attrs = "" if k.body and n.op in ops.SCALAR_SPREADS else repr(n.attrs)
+                if n.op == Op.CONST:  # a fill
+                    attrs = f"({const(n)},)"
+                line = f"{n.op}|{attrs}|{T(n)}|" + ",".join(refs)
             if id(n) in L.prog.slots:
                 line += f">p{buf(n)}"
             if n.shape == () and n.op in ops.REDUCE:
@@ -693,26 +933,39 @@ class Interface:
                 self.results.append(n)
             parts.append(line)
         self.key = "\n".join(parts)
+        self.values = tuple(values)
+        self.positions = positions
+        self.typed = spelled  # ids of the nodes whose shape the key spells (constants: -id)
 
 
 class KernelFunction:
-    """Emits one loop kernel as an internal function ``void name(ptrs..., scalars...,
-    results...)``; the loop body is lowered by the same rules as everywhere else."""
+    """Emits one loop kernel as an internal function ``void name(ptrs..., sizes...,
+    scalars..., results...)`` — ``sizes``: the kernel's size arguments (``face.free``; i64 for
+    a size, double for a constant); the loop body is lowered by the same rules as everywhere
+    else, reading each size argument through ``Lowering.sym`` (``shape``, ``space``,
+    ``strides_of``, ``load`` of a constant)."""
 
     def __init__(self, outer: "Lowering", k, face: Interface, name: str):
+        n_ptr, n_size = len(face.ptr_nodes), len(face.free)
         params = [ELEM[n.dtype].as_pointer() for n in face.ptr_nodes]
+        params += face.size_types
         params += [ELEM_REG[n.dtype] for n in face.scalars]
         params += [F64.as_pointer() for _ in face.results]
         self.fn = ir.Function(outer.module, ir.FunctionType(ir.VoidType(), params), name=name)
         self.fn.linkage = "internal"
         self.fn.attributes.add("nounwind")
-        for a in self.fn.args[: len(face.ptr_nodes)]:
+        for a in self.fn.args[:n_ptr]:
             a.add_attribute("noalias")
         L = Lowering.__new__(Lowering)
         L.prog, L.module, L.fn, L.n_in = outer.prog, outer.module, self.fn, outer.n_in
         L._locations = outer._locations  # the same program: the same locations
         L.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
-        L.regs = {id(n): self.fn.args[len(face.ptr_nodes) + i] for i, n in enumerate(face.scalars)}
+        L.sym = {
+            face.positions[p]: self.fn.args[n_ptr + j] for j, ps in enumerate(face.free) for p in ps
+        }
+        L.typed = face.typed
+        first = n_ptr + n_size
+        L.regs = {id(n): self.fn.args[first + i] for i, n in enumerate(face.scalars)}
         gather_params = set(face.gathers.values())
 
         def where(n):
@@ -725,17 +978,24 @@ class KernelFunction:
             if i not in gather_params
         }
         L.ptr = lambda n: bufs[where(n)]
-        L.gather_source = lambda n: (self.fn.args[face.gathers[id(n)]], 0, gather_affine(n)[1])
-        L.scatter_target = lambda n: (
-            (self.fn.args[face.gathers[id(n)]], 0, ops.index_affine(n.shape, n.attrs)[1])
-            if id(n) in face.gathers
-            else Lowering.scatter_target(L, n)
+        L.gather_source = lambda n: (
+            self.fn.args[face.gathers[id(n)]],
+            0,
+            L.strides_of(n, gather_affine(n)[1]),
         )
+
+        def scatter_target(n):
+            offset, strides = ops.index_affine(n.shape, n.attrs)
+            if id(n) in face.gathers:  # in place: the caller passed the block's address
+                return self.fn.args[face.gathers[id(n)]], 0, L.strides_of(n, strides)
+            return L.ptr(n), L.sym.get(("offset", id(n), 0), offset), L.strides_of(n, strides)
+
+        L.scatter_target = scatter_target
         if k.body:
             _lower_loop(L, k)
         else:
             L.node(k.op)
-        base = len(face.ptr_nodes) + len(face.scalars)
+        base = first + len(face.scalars)
         for i, n in enumerate(face.results):
             L.b.store(L.regs[id(n)], self.fn.args[base + i])
         L.b.ret_void()
@@ -749,22 +1009,23 @@ def _lower_elementwise(L: Lowering, n: Node) -> None:
     if n.shape == ():
         L.define(n, None, EMIT[n.op](L.b, n, *(L.load(a, None) for a in n.args)))
         return
-    with L.loop(n.type.size) as i:
+    with L.loop(L.size(L.shape(n))) as i:
         L.define(n, i, EMIT[n.op](L.b, n, *(L.load(a, i) for a in n.args)))
 
 
 def _lower_const(L: Lowering, n: Node) -> None:
     if n.shape != () and id(n) in L.prog.slots:
-        with L.loop(n.type.size) as i:
+        with L.loop(L.size(L.shape(n))) as i:
             L.define(n, i, L.load(n, i))
 
 
 def _lower_reduce(L: Lowering, n: Node) -> None:
     (x,) = n.args
     (axes,) = n.attrs
-    kept = [d for i, d in enumerate(x.shape) if i not in axes]
-    red = [d for i, d in enumerate(x.shape) if i in axes]
-    strides = _c_strides(x.shape)
+    xs = L.shape(x)
+    kept = [d for i, d in enumerate(xs) if i not in axes]
+    red = [d for i, d in enumerate(xs) if i in axes]
+    strides = L.c_strides(xs)
     b = L.b
     with L.nest(tuple(kept)) as kidx:
         acc = L.accumulator(0.0 if n.op == Op.REDUCE_SUM else -math.inf)
@@ -777,7 +1038,7 @@ def _lower_reduce(L: Lowering, n: Node) -> None:
                 b.store(b.fadd(a, v, flags=("reassoc",)), acc)
             else:
                 b.store(mathlib.call(b, Op.MAXIMUM, [a, v]), acc)
-        L.define(n, L.flat(kidx, n.shape) if kidx else I64(0), b.load(acc))
+        L.define(n, L.flat(kidx, L.shape(n)) if kidx else I64(0), b.load(acc))
 
 
 def gather_affine(n: Node) -> tuple[int, tuple[int, ...]]:
@@ -819,9 +1080,10 @@ def _lower_index(L: Lowering, n: Node) -> None:
         L.copy_into(L.ptr(n), acc)
     base, offset, strides = L.scatter_target(n)
     b = L.b
-    with L.nest(upd.shape) as idx:
+    us = L.shape(upd)
+    with L.nest(us) as idx:
         at = L.affine(idx, offset, strides)
-        u = L.load(upd, L.flat(idx, upd.shape) if idx else None)
+        u = L.load(upd, L.flat(idx, us) if idx else None)
         if n.op == Op.SCATTER:  # acc[items] = upd
             L.store_to(base, at, u, n.dtype)
         else:  # acc[items] += upd
@@ -841,8 +1103,12 @@ def _lower_matmul(L: Lowering, n: Node) -> None:
     """
     a, bm = n.args
     m, k, cols = ops.matmul_dims(a.shape, bm.shape)  # a vector operand is one row / column
+    if L.sym:  # some of them are size arguments (validated above on this kernel's sizes)
+        sa, sb = L.shape(a), L.shape(bm)
+        m, k = sa if len(sa) == 2 else (1, sa[0])
+        cols = sb[1] if len(sb) == 2 else 1
     b = L.b
-    if cols == 1:
+    if isinstance(cols, int) and cols == 1:
         with L.loop(m) as i:
             acc = L.accumulator(0.0)
             with L.loop(k) as l:
@@ -880,9 +1146,10 @@ def _lower_loop(L: Lowering, k) -> None:
     for n in k.body:
         if n.op in ops.REDUCE:
             accs[id(n)] = L.accumulator(0.0 if n.op == Op.REDUCE_SUM else -math.inf)
-    with L.nest(k.space) if gathers else L.loop(math.prod(k.space)) as idx:
+    space = L.space(k)
+    with L.nest(space) if gathers else L.loop(L.size(space)) as idx:
         if gathers:
-            i = L.flat(idx, k.space) if idx else I64(0)
+            i = L.flat(idx, space) if idx else I64(0)
         else:
             i, idx = idx, None
         vals: dict[int, ir.Value] = {}
