@@ -25,16 +25,24 @@ from .ops import Op
 _VIEWS = (Op.RESHAPE, Op.INDEX)
 
 
+def varied_from(nodes: list[Node], seeds: set[int]) -> set[int]:
+    """``id`` of every node of ``nodes`` (in topological order) that depends on a node whose
+    ``id`` is in ``seeds`` through differentiable ops, and the seeds themselves. The one
+    dependency analysis of both modes (reverse mode here, forward mode in
+    :mod:`tapejit.forward`), for graphs and for loop bodies."""
+    varied = set(seeds)
+    for n in nodes:
+        if n.op not in ops.NONDIFFERENTIABLE and any(id(a) in varied for a in n.args):
+            varied.add(id(n))
+    return varied
+
+
 def active_nodes(g: Graph) -> set[int]:
     """``id`` of every node that depends on an active input through differentiable ops.
 
     (Every node of ``g.nodes`` reaches an output by construction, so this is the active set.)
     """
-    varied: set[int] = {id(n) for n, k in zip(g.inputs, g.kinds) if k == "active"}
-    for n in g.nodes:
-        if n.op not in ops.NONDIFFERENTIABLE and any(id(a) in varied for a in n.args):
-            varied.add(id(n))
-    return varied
+    return varied_from(g.nodes, {id(n) for n, k in zip(g.inputs, g.kinds) if k == "active"})
 
 
 def _fit(ct, arg: Node):
@@ -131,11 +139,8 @@ def loop_vjp(
         + [x for x, w in zip(xs, wrt_xs) if w]
         + [p for p, w in zip(params, wrt_params) if w]
     )
-    varied = {id(n) for n in wrt}
     nodes = body.nodes
-    for n in nodes:
-        if n.op not in ops.NONDIFFERENTIABLE and any(id(a) in varied for a in n.args):
-            varied.add(id(n))
+    varied = varied_from(nodes, {id(n) for n in wrt})
 
     def new_input(k: int, name: str, t: Type) -> Node:
         return ops.input_node(k, f"{prefix}{name}", t)

@@ -8,6 +8,10 @@ Every primitive of the IR is defined here once:
   written with the same ops (so backward code is optimised like forward code). ``None`` for an
   argument that gets no cotangent. An index op returns a :class:`Sparse` cotangent, which reverse
   mode applies as a scatter-add into one accumulator per operand.
+* ``jvp(t, out, *args)`` — the tangent of the result given ``t``, one tangent per argument (a
+  node of the argument's type, or ``None`` for a zero tangent), written with the same ops;
+  ``None`` when the result's tangent is zero. Forward mode (:mod:`tapejit.forward`) calls it
+  only when some argument has a tangent; a scalar tangent of an array result is broadcast there.
 
 Ops belong to *groups* (``ELEMENTWISE``, ``REDUCE``, ...) and passes and codegen match on groups.
 Elementwise ops in the IR take operands of one shape, or scalars (shape ``()``), which broadcast
@@ -17,7 +21,9 @@ primitives.
 
 The VJP rules follow the standard derivations (e.g. Griewank & Walther, *Evaluating Derivatives*,
 2nd ed., ch. 3; the rule tables of HIPS autograd ``numpy_vjps.py`` and JAX ``lax.py``); ties in
-``maximum``/``minimum``/``reduce_max`` share the cotangent equally, as JAX does.
+``maximum``/``minimum``/``reduce_max`` share the cotangent equally, as JAX does. The JVP rules are
+the same derivatives applied the other way, with the same tie convention (the tangent of a tied
+maximum is the mean of the tied operands' tangents), so ``<J v, w> = <v, J^T w>`` holds exactly.
 """
 
 from __future__ import annotations
@@ -107,6 +113,8 @@ class Op(enum.StrEnum):
     MATMUL = "matmul"
     # control
     LOOP = "loop"
+    # a derivative given by hand (tapejit.custom): its value is its first operand
+    CUSTOM = "custom"
     # leaves (graph inputs and constants)
     INPUT = "input"
     CONST = "const"
@@ -145,7 +153,8 @@ class OpDef:
     *args)`` (``None``: no rule; see :func:`vjp_rule`). ``numpy``: the numpy ufunc names the
     tracer maps to this op (``np.exp`` -> ``exp``). ``cost``: one element's cost in units of a
     vector add, for fusion's recompute-or-store rule. ``identity``: a reduction's value over
-    nothing. ``differentiable``: False for piecewise-constant ops (no cotangent flows)."""
+    nothing. ``differentiable``: False for piecewise-constant ops (no cotangent flows).
+    ``jvp(t, out, *args)``: the forward-mode rule (``None``: no rule; see :func:`jvp_rule`)."""
 
     name: str
     group: str
@@ -157,6 +166,7 @@ class OpDef:
     cost: int = 1
     identity: float | None = None
     differentiable: bool = True
+    jvp: Callable[..., Node | None] | None = None
 
 
 OPS: dict[str, OpDef] = {}
@@ -174,10 +184,11 @@ def defop(
     cost: int = 1,
     identity: float | None = None,
     differentiable: bool = True,
+    jvp: Callable | None = None,
 ) -> None:
     """Define primitive ``name``, a member of :class:`Op` (see :class:`OpDef`); a
-    piecewise-constant op gets the rule that no cotangent flows. The table is keyed by the plain
-    name (``OPS["exp"]``; a member finds its row too: ``OPS[Op.EXP]``)."""
+    piecewise-constant op gets the rules that no cotangent and no tangent flows. The table is
+    keyed by the plain name (``OPS["exp"]``; a member finds its row too: ``OPS[Op.EXP]``)."""
     name = str(name)  # the plain string, as nodes and the printed IR carry it
     if name in OPS:
         raise ValueError(f"op {name!r} is defined twice")
@@ -186,9 +197,9 @@ def defop(
             f"op {name!r} has no member in tapejit.ops.Op: add {name.upper()} = {name!r} to it"
         )
     if not differentiable:
-        vjp = _NO_COTANGENT
+        vjp, jvp = _NO_COTANGENT, _ZERO_TANGENT
     OPS[name] = OpDef(name, group, arity, type_rule, ref, vjp, tuple(numpy), cost, identity,
-                      differentiable)  # fmt: skip
+                      differentiable, jvp)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
@@ -610,12 +621,18 @@ def _reduce_sum_vjp(g, out, x):
     return (broadcast_to(reshape(g, _keepdims(x.shape, axes)), x.shape),)
 
 
-def _reduce_max_vjp(g, out, x):
+def _argmax_mask(out, x):
+    """``(keepdims shape, 0/1 mask of the maxima of x, their count per reduced slice)`` of a
+    ``reduce_max`` node ``out``: how both of its rules share among tied maxima."""
     (axes,) = out.attrs
     keep = _keepdims(x.shape, axes)
     eq = elementwise(Op.EQ, x, broadcast_to(reshape(out, keep), x.shape))
     mask = make(Op.CAST, eq, attrs=("f64",))
-    count = reduce(Op.REDUCE_SUM, mask, axes)
+    return keep, mask, reduce(Op.REDUCE_SUM, mask, axes)
+
+
+def _reduce_max_vjp(g, out, x):
+    keep, mask, count = _argmax_mask(out, x)
     share = broadcast_to(reshape(div(g, count), keep), x.shape)
     # share * indicator (as JAX): where the maximum is NaN no element equals it, count is 0 and
     # the gradient is NaN (0 * inf), not a silent 0
@@ -630,10 +647,19 @@ def _broadcast_vjp(g, out, x):
     return (reshape(reduce(Op.REDUCE_SUM, g, axes), x.shape),)
 
 
+def _pow_dx(x, y):
+    """d(x**y)/dx = y * x**(y-1)."""
+    return mul(y, power(x, sub(y, const(1.0)) if not is_const(y) else const(y.attrs[0] - 1)))
+
+
+def _pow_dy(out, x):
+    """d(x**y)/dy = log(x) * x**y, which is 0 where x**y is 0 (0**y for y > 0), not NaN."""
+    return where(elementwise(Op.EQ, out, const(0.0)), const(0.0), mul(elementwise(Op.LOG, x), out))
+
+
 def _pow_vjp(g, out, x, y):
-    gx = mul(g, mul(y, power(x, sub(y, const(1.0)) if not is_const(y) else const(y.attrs[0] - 1))))
-    # d(x**y)/dy = log(x) * x**y, which is 0 where x**y is 0 (0**y for y > 0), not NaN
-    dy = where(elementwise(Op.EQ, out, const(0.0)), const(0.0), mul(elementwise(Op.LOG, x), out))
+    gx = mul(g, _pow_dx(x, y))
+    dy = _pow_dy(out, x)
     gy = None if is_const(y) else mul(g, dy)
     return gx, gy
 
@@ -709,6 +735,107 @@ def _matmul_vjp(g, a, b):
 
 
 _NO_COTANGENT = lambda g, out, *args: (None,) * len(args)  # noqa: E731
+
+# ----------------------------------------------------------------------------------------------
+# JVP rules. Each takes (t, out, *args) — ``t`` one tangent per argument, a node of the
+# argument's type or ``None`` (zero) — and returns the result's tangent, ``None`` for zero.
+# Forward mode calls a rule only when some argument has a tangent. The helpers below keep zero
+# tangents symbolic: a missing term is left out rather than built as a multiplication by 0.
+
+
+def _tadd(a: Node | None, b: Node | None) -> Node | None:
+    """``a + b`` of tangents (``None`` is zero)."""
+    if a is None:
+        return b
+    return a if b is None else add(a, b)
+
+
+def _tneg(a: Node | None) -> Node | None:
+    return None if a is None else neg(a)
+
+
+def _tmul(a: Node | None, f: Node) -> Node | None:
+    """A tangent ``a`` scaled by ``f`` (``None`` stays zero)."""
+    return None if a is None else mul(a, f)
+
+
+def _tdiv(a: Node | None, f: Node) -> Node | None:
+    return None if a is None else div(a, f)
+
+
+def _or_zero(a: Node | None, like: Node | None = None) -> Node:
+    """A tangent as a node: ``None`` becomes a zero of ``like``'s shape (a scalar zero, which
+    elementwise ops broadcast, when ``like`` is not given)."""
+    if a is not None:
+        return a
+    return const(0.0) if like is None else const(0.0, like.shape)
+
+
+def _max_jvp(t, out, x, y, pick):
+    """Tangent of maximum/minimum: the selected side's; on a tie the mean of both (the VJP's
+    even split, transposed)."""
+    tx, ty = t
+    half = mul(_tadd(tx, ty), const(0.5))
+    return where(elementwise(pick, x, y), _or_zero(tx),
+                 where(elementwise(Op.EQ, x, y), half, _or_zero(ty)))  # fmt: skip
+
+
+def _pow_jvp(t, out, x, y):
+    tx, ty = t
+    return _tadd(
+        None if tx is None else mul(tx, _pow_dx(x, y)),
+        None if ty is None else mul(ty, _pow_dy(out, x)),
+    )
+
+
+def _atan2_jvp(t, out, y, x):
+    """d atan2(y, x) = (x dy - y dx) / (x^2 + y^2)."""
+    ty, tx = t
+    return div(_tadd(_tmul(ty, x), _tneg(_tmul(tx, y))), add(mul(x, x), mul(y, y)))
+
+
+def _fmod_jvp(t, out, x, y):
+    tx, ty = t
+    if ty is None:
+        return tx
+    return _tadd(tx, neg(mul(ty, elementwise(Op.RINT, div(sub(x, out), y)))))
+
+
+def _where_jvp(t, out, c, a, b):
+    _, ta, tb = t
+    if ta is None and tb is None:
+        return None
+    return where(c, _or_zero(ta), _or_zero(tb))
+
+
+def _reduce_max_jvp(t, out, x):
+    """The mean of the tangents of the tied maxima of each reduced slice."""
+    _, mask, count = _argmax_mask(out, x)
+    return div(reduce(Op.REDUCE_SUM, mul(t[0], mask), out.attrs[0]), count)
+
+
+def _scatter_add_jvp(t, out, acc, upd):
+    ta, tu = t
+    if tu is None:
+        return ta
+    return make(Op.SCATTER_ADD, _or_zero(ta, acc), tu, attrs=out.attrs)
+
+
+def _scatter_jvp(t, out, acc, upd):
+    """acc[items] = upd: the tangent of acc with the overwritten elements' tangents replaced."""
+    ta, tu = t
+    return make(Op.SCATTER, _or_zero(ta, acc), _or_zero(tu, upd), attrs=out.attrs)
+
+
+def _matmul_jvp(t, out, a, b):
+    ta, tb = t
+    return _tadd(
+        None if ta is None else make(Op.MATMUL, ta, b),
+        None if tb is None else make(Op.MATMUL, a, tb),
+    )
+
+
+_ZERO_TANGENT = lambda t, out, *args: None  # noqa: E731
 
 # ----------------------------------------------------------------------------------------------
 # Structured loops: one primitive whose body is a sub-graph (see tapejit/control.py for the user
@@ -992,6 +1119,59 @@ def _loop_vjp(g, out, *args):
     )
 
 
+def _loop_jvp(t, out, *args):
+    """Tangent of a loop's result: a loop over the JVP of the body (built by
+    :func:`tapejit.forward.loop_body_jvp`), which carries the tangents of the carries alongside
+    the primal carries, scans the tangents of the xs that have one, takes the tangents of the
+    params that have one as params, stacks the tangents of the ys, and runs under the same
+    condition and step count (a ``while_loop``'s condition gets no tangent; neither does the
+    step count, an integer). Any loop differentiates so, backward loops of reverse mode
+    included (forward-over-reverse). The tangent loop recomputes the primal carries (it needs
+    them) but not the ys; its flat result's tangent segments are scattered into the layout of
+    ``out``, with zeros for the segments and step counter that have no tangent."""
+    from . import forward  # forward imports this module
+
+    spec: LoopSpec = out.attrs[0]
+    lead = 1 if spec.dynamic else 0
+    nc, nx = spec.n_carry, spec.n_xs
+    carries, xs = args[lead : lead + nc], args[lead + nc : lead + nc + nx]
+    params = args[lead + nc + nx :]
+    tc, tx, tp = t[lead : lead + nc], t[lead + nc : lead + nc + nx], t[lead + nc + nx :]
+    jv = forward.loop_body_jvp(
+        spec, tuple(c is not None for c in tc), tuple(x is not None for x in tx),
+        tuple(p is not None for p in tp),
+    )  # fmt: skip
+    if not any(jv.carries) and not any(jv.ys):
+        return None
+    t_init = [_or_zero(a, c) for c, a, w in zip(carries, tc, jv.carries) if w]
+    t_xs = [a for a in tx if a is not None]
+    t_params = [a for a in tp if a is not None]
+    n_fixed = 1 + nc + len(t_init) + nx + len(t_xs)
+    body, new_params = hoist_invariants(jv.body, n_fixed, [*params, *t_params], "j")
+    cond = jv.cond
+    extra = new_params[len(params) + len(t_params) :]
+    if cond is not None and extra:
+        cond = extend_inputs(cond, [p.type for p in extra], "j")
+    jspec = LoopSpec(body, nc + len(t_init), nx + len(t_xs), spec.max_steps, cond=cond,
+                     start=spec.start, reverse=spec.reverse, dynamic=spec.dynamic)  # fmt: skip
+    loop = make(Op.LOOP, *args[:lead], *carries, *t_init, *xs, *t_xs, *new_params, attrs=(jspec,))
+    lay, jlay = loop_layout(spec), loop_layout(jspec)
+    src = iter(jlay.carries[nc:] + jlay.ys)
+    pieces: list[list[int]] = []  # [source offset, target offset, size], adjacent ones merged
+    for seg, w in zip(lay.carries + lay.ys, jv.carries + jv.ys):
+        if w:
+            s = next(src)
+            last = pieces[-1] if pieces else None
+            if last and last[0] + last[2] == s.offset and last[1] + last[2] == seg.offset:
+                last[2] += seg.size
+            else:
+                pieces.append([s.offset, seg.offset, seg.size])
+    acc = const(0.0, out.shape)
+    for a, b, n in pieces:
+        acc = make(Op.SCATTER, acc, index(loop, ((a, a + n, 1),)), attrs=((b, b + n, 1),))
+    return acc
+
+
 # ----------------------------------------------------------------------------------------------
 # The table: one block per primitive. Adding an op is its member of Op, one block here and its row
 # in each codegen registry (codegen/lower.py EMIT or LOWER, codegen/mathlib.py MATH for polynomial
@@ -1003,37 +1183,43 @@ _MATH_COST = 20  # a polynomial exp/log/sin...: ~15-25 vector adds per element
 
 # -- elementwise unary (float -> float)
 defop(Op.NEG, "unary", 1, _arith, _E(np.negative), lambda g, out, x: (neg(g),),
-      numpy=("negative",))
+      numpy=("negative",), jvp=lambda t, out, x: neg(t[0]))
 defop(Op.EXP, "unary", 1, _arith, _E(np.exp), lambda g, out, x: (mul(g, out),),
-      numpy=("exp",), cost=_MATH_COST)
+      numpy=("exp",), cost=_MATH_COST, jvp=lambda t, out, x: mul(t[0], out))
 defop(Op.LOG, "unary", 1, _arith, _E(np.log), lambda g, out, x: (div(g, x),),
-      numpy=("log",), cost=_MATH_COST)
+      numpy=("log",), cost=_MATH_COST, jvp=lambda t, out, x: div(t[0], x))
 defop(Op.LOG1P, "unary", 1, _arith, _E(np.log1p), lambda g, out, x: (div(g, add(x, const(1.0))),),
-      numpy=("log1p",), cost=_MATH_COST)
+      numpy=("log1p",), cost=_MATH_COST, jvp=lambda t, out, x: div(t[0], add(x, const(1.0))))
 defop(Op.EXPM1, "unary", 1, _arith, _E(np.expm1), lambda g, out, x: (mul(g, add(out, const(1.0))),),
-      numpy=("expm1",), cost=_MATH_COST)
+      numpy=("expm1",), cost=_MATH_COST, jvp=lambda t, out, x: mul(t[0], add(out, const(1.0))))
 defop(Op.SQRT, "unary", 1, _arith, _E(np.sqrt), lambda g, out, x: (div(mul(g, const(0.5)), out),),
-      numpy=("sqrt",), cost=4)
+      numpy=("sqrt",), cost=4, jvp=lambda t, out, x: div(mul(t[0], const(0.5)), out))
 defop(Op.SIN, "unary", 1, _arith, _E(np.sin), lambda g, out, x: (mul(g, elementwise(Op.COS, x)),),
-      numpy=("sin",), cost=_MATH_COST)
+      numpy=("sin",), cost=_MATH_COST, jvp=lambda t, out, x: mul(t[0], elementwise(Op.COS, x)))
 defop(Op.COS, "unary", 1, _arith, _E(np.cos),
-      lambda g, out, x: (neg(mul(g, elementwise(Op.SIN, x))),), numpy=("cos",), cost=_MATH_COST)
+      lambda g, out, x: (neg(mul(g, elementwise(Op.SIN, x))),), numpy=("cos",), cost=_MATH_COST,
+      jvp=lambda t, out, x: neg(mul(t[0], elementwise(Op.SIN, x))))
 defop(Op.TANH, "unary", 1, _arith, _E(np.tanh), lambda g, out, x: (mul(g, _one_minus_sq(out)),),
-      numpy=("tanh",), cost=_MATH_COST)
+      numpy=("tanh",), cost=_MATH_COST, jvp=lambda t, out, x: mul(t[0], _one_minus_sq(out)))
 defop(Op.ARCTAN, "unary", 1, _arith, _E(np.arctan),
-      lambda g, out, x: (div(g, add(const(1.0), mul(x, x))),), numpy=("arctan",), cost=_MATH_COST)
+      lambda g, out, x: (div(g, add(const(1.0), mul(x, x))),), numpy=("arctan",), cost=_MATH_COST,
+      jvp=lambda t, out, x: div(t[0], add(const(1.0), mul(x, x))))
 # the error function and its complement (scipy.special.erf/erfc: not numpy ufuncs)
 defop(Op.ERF, "unary", 1, _arith, lambda a, x: _special("erf")(x),
-      lambda g, out, x: (mul(g, _gauss(x)),), cost=_MATH_COST)
+      lambda g, out, x: (mul(g, _gauss(x)),), cost=_MATH_COST,
+      jvp=lambda t, out, x: mul(t[0], _gauss(x)))
 defop(Op.ERFC, "unary", 1, _arith, lambda a, x: _special("erfc")(x),
-      lambda g, out, x: (neg(mul(g, _gauss(x))),), cost=_MATH_COST)
+      lambda g, out, x: (neg(mul(g, _gauss(x))),), cost=_MATH_COST,
+      jvp=lambda t, out, x: neg(mul(t[0], _gauss(x))))
 # log |Gamma(x)| and its derivative, digamma (scipy.special.gammaln / digamma / psi)
 defop(Op.GAMMALN, "unary", 1, _arith, lambda a, x: _special("gammaln")(x),
-      lambda g, out, x: (mul(g, elementwise(Op.DIGAMMA, x)),), cost=_MATH_COST)
+      lambda g, out, x: (mul(g, elementwise(Op.DIGAMMA, x)),), cost=_MATH_COST,
+      jvp=lambda t, out, x: mul(t[0], elementwise(Op.DIGAMMA, x)))
 defop(Op.DIGAMMA, "unary", 1, _arith, lambda a, x: _special("digamma")(x),
-      lambda g, out, x: (mul(g, _trigamma(x)),), cost=_MATH_COST)
+      lambda g, out, x: (mul(g, _trigamma(x)),), cost=_MATH_COST,
+      jvp=lambda t, out, x: mul(t[0], _trigamma(x)))
 defop(Op.ABS, "unary", 1, _arith, _E(np.abs), lambda g, out, x: (mul(g, elementwise(Op.SIGN, x)),),
-      numpy=("absolute", "fabs"))
+      numpy=("absolute", "fabs"), jvp=lambda t, out, x: mul(t[0], elementwise(Op.SIGN, x)))
 defop(Op.SIGN, "unary", 1, _arith, _E(np.sign), None, numpy=("sign",), differentiable=False)
 # rounding: piecewise constant (their derivative is 0 where it exists, as for int())
 defop(Op.FLOOR, "unary", 1, _arith, _E(np.floor), None, numpy=("floor",), differentiable=False)
@@ -1042,27 +1228,31 @@ defop(Op.RINT, "unary", 1, _arith, _E(np.rint), None, numpy=("rint",), different
 defop(Op.TRUNC, "unary", 1, _arith, _E(np.trunc), None, numpy=("trunc",), differentiable=False)
 
 # -- elementwise binary
-defop(Op.ADD, "binary", 2, _arith, _E(np.add), lambda g, out, x, y: (g, g), numpy=("add",))
+defop(Op.ADD, "binary", 2, _arith, _E(np.add), lambda g, out, x, y: (g, g), numpy=("add",),
+      jvp=lambda t, out, x, y: _tadd(t[0], t[1]))
 defop(Op.SUB, "binary", 2, _arith, _E(np.subtract), lambda g, out, x, y: (g, neg(g)),
-      numpy=("subtract",))
+      numpy=("subtract",), jvp=lambda t, out, x, y: _tadd(t[0], _tneg(t[1])))
 defop(Op.MUL, "binary", 2, _arith, _E(np.multiply), lambda g, out, x, y: (mul(g, y), mul(g, x)),
-      numpy=("multiply",))
+      numpy=("multiply",), jvp=lambda t, out, x, y: _tadd(_tmul(t[0], y), _tmul(t[1], x)))
 defop(Op.DIV, "binary", 2, _arith, _E(np.divide),
       lambda g, out, x, y: (div(g, y), neg(div(mul(g, out), y))),
-      numpy=("divide", "true_divide"), cost=4)
-defop(Op.POW, "binary", 2, _arith, _E(np.power), _pow_vjp, cost=_MATH_COST)
+      numpy=("divide", "true_divide"), cost=4,
+      jvp=lambda t, out, x, y: _tadd(_tdiv(t[0], y), _tneg(_tdiv(_tmul(t[1], out), y))))
+defop(Op.POW, "binary", 2, _arith, _E(np.power), _pow_vjp, cost=_MATH_COST, jvp=_pow_jvp)
 defop(Op.ARCTAN2, "binary", 2, _arith, _E(np.arctan2), _atan2_vjp, numpy=("arctan2",),
-      cost=_MATH_COST)
+      cost=_MATH_COST, jvp=_atan2_jvp)
 # C's fmod (exact; the sign of x): x - trunc(x / y) * y, so d/dx = 1, d/dy = -trunc(x / y);
 # trunc(x / y) is (x - fmod) / y, an integer up to rounding: rint recovers it exactly (trunc of
 # the rounded quotient could land one below)
 defop(Op.FMOD, "binary", 2, _arith, _E(np.fmod),
       lambda g, out, x, y: (g, neg(mul(g, elementwise(Op.RINT, div(sub(x, out), y))))),
-      numpy=("fmod",), cost=8)  # a libm call per element
+      numpy=("fmod",), cost=8, jvp=_fmod_jvp)  # a libm call per element
 defop(Op.MAXIMUM, "binary", 2, _arith, _E(np.maximum),
-      lambda g, out, x, y: _max_vjp(g, out, x, y, Op.GT), numpy=("maximum",))
+      lambda g, out, x, y: _max_vjp(g, out, x, y, Op.GT), numpy=("maximum",),
+      jvp=lambda t, out, x, y: _max_jvp(t, out, x, y, Op.GT))
 defop(Op.MINIMUM, "binary", 2, _arith, _E(np.minimum),
-      lambda g, out, x, y: _max_vjp(g, out, x, y, Op.LT), numpy=("minimum",))
+      lambda g, out, x, y: _max_vjp(g, out, x, y, Op.LT), numpy=("minimum",),
+      jvp=lambda t, out, x, y: _max_jvp(t, out, x, y, Op.LT))
 
 # -- comparisons and logic (bool results: no cotangent)
 for _n, _fn, _np in [(Op.LT, np.less, "less"), (Op.LE, np.less_equal, "less_equal"),
@@ -1078,35 +1268,44 @@ defop(Op.NOT, "logical", 1, _logical, _E(np.logical_not), None, numpy=("logical_
 
 # -- select and cast
 defop(Op.WHERE, "select", 3, _where, _E(np.where),
-      lambda g, out, c, a, b: (None, where(c, g, const(0.0)), where(c, const(0.0), g)))
+      lambda g, out, c, a, b: (None, where(c, g, const(0.0)), where(c, const(0.0), g)),
+      jvp=_where_jvp)
 defop(Op.CAST, "cast", 1, _cast, lambda attrs, x: np.asarray(x).astype(ir.NUMPY_DTYPE[attrs[0]]),
       None, differentiable=False)
 
 # -- reductions
 defop(Op.REDUCE_SUM, "reduce", 1, _reduce, lambda a, x: np.sum(x, axis=a[0]), _reduce_sum_vjp,
-      identity=0.0)
-defop(Op.REDUCE_MAX, "reduce", 1, _reduce, _reduce_max_ref, _reduce_max_vjp, identity=-math.inf)
+      identity=0.0, jvp=lambda t, out, x: reduce(Op.REDUCE_SUM, t[0], out.attrs[0]))
+defop(Op.REDUCE_MAX, "reduce", 1, _reduce, _reduce_max_ref, _reduce_max_vjp, identity=-math.inf,
+      jvp=_reduce_max_jvp)
 
 # -- shapes and indexing
 defop(Op.BROADCAST_TO, "shape", 1, _broadcast_to, lambda a, x: np.broadcast_to(x, a[0]),
-      _broadcast_vjp)
+      _broadcast_vjp, jvp=lambda t, out, x: broadcast_to(t[0], out.shape))
 defop(Op.RESHAPE, "shape", 1, _reshape, lambda a, x: np.reshape(x, a[0]),
-      lambda g, out, x: (reshape(g, x.shape),))
+      lambda g, out, x: (reshape(g, x.shape),), jvp=lambda t, out, x: reshape(t[0], out.shape))
 defop(Op.TRANSPOSE, "shape", 1, _transpose, lambda a, x: np.transpose(x, a[0]),
-      lambda g, out, x: (transpose(g, tuple(np.argsort(out.attrs[0]).tolist())),))
+      lambda g, out, x: (transpose(g, tuple(np.argsort(out.attrs[0]).tolist())),),
+      jvp=lambda t, out, x: transpose(t[0], out.attrs[0]))
 defop(Op.INDEX, "index", 1, _index, lambda a, x: np.asarray(x)[_np_items(a)],
-      lambda g, out, x: (Sparse(g, out.attrs),))
+      lambda g, out, x: (Sparse(g, out.attrs),), jvp=lambda t, out, x: index(t[0], out.attrs))
 defop(Op.SCATTER_ADD, "index", 2, _scatter_add, _scatter_ref,
-      lambda g, out, acc, upd: (g, index(g, out.attrs)))
+      lambda g, out, acc, upd: (g, index(g, out.attrs)), jvp=_scatter_add_jvp)
 # acc[items] = upd: the overwritten elements of acc get no cotangent
 defop(Op.SCATTER, "index", 2, _scatter, _scatter_set_ref,
       lambda g, out, acc, upd: (make(Op.SCATTER, g, const(0.0, upd.shape), attrs=out.attrs),
-                                index(g, out.attrs)))
+                                index(g, out.attrs)),
+      jvp=_scatter_jvp)
 
 # -- linear algebra, control, leaves
 defop(Op.MATMUL, "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),
-      lambda g, out, a, b: _matmul_vjp(g, a, b))
-defop(Op.LOOP, "control", -1, _loop, _loop_ref, _loop_vjp)
+      lambda g, out, a, b: _matmul_vjp(g, a, b), jvp=_matmul_jvp)
+defop(Op.LOOP, "control", -1, _loop, _loop_ref, _loop_vjp, jvp=_loop_jvp)
+# custom(out, operands...): the value is out; the rules are the user's (attrs[0], a
+# tapejit.custom.Rule); the passes replace the node by out before code generation
+defop(Op.CUSTOM, "custom", -1, lambda types, attrs: types[0], lambda attrs, out, *rest: out,
+      lambda g, out, *args: out.attrs[0].vjp(g, out, *args),
+      jvp=lambda t, out, *args: out.attrs[0].jvp(t, out, *args))
 defop(Op.INPUT, "leaf", 0, _leaf, None)
 defop(Op.CONST, "leaf", 0, _leaf, None)
 # fmt: on
@@ -1140,6 +1339,7 @@ GATHERS = (Op.INDEX, Op.TRANSPOSE, Op.BROADCAST_TO)
 SCALAR_SPREADS = (Op.BROADCAST_TO, Op.RESHAPE)
 LINALG = _group("linalg")
 CONTROL = _group("control")
+CUSTOM = _group("custom")  # hand-given rules: inlined by the passes, never lowered
 LEAF = _group("leaf")
 #: Ops whose bool operands numpy promotes to float (see :func:`elementwise`).
 _FLOAT_OPERANDS = frozenset(BINARY + UNARY + COMPARE)
@@ -1153,3 +1353,11 @@ def vjp_rule(op: Op | str) -> Callable[..., tuple]:
     if row is None or row.vjp is None:
         raise RuleError(f"op {str(op)!r} has no VJP rule")
     return row.vjp
+
+
+def jvp_rule(op: Op | str) -> Callable[..., Node | None]:
+    """The JVP rule of ``op``; raises :class:`RuleError` naming the op if it has none."""
+    row = OPS.get(op)
+    if row is None or row.jvp is None:
+        raise RuleError(f"op {str(op)!r} has no JVP rule (forward mode)")
+    return row.jvp

@@ -2,7 +2,11 @@
 its value against plain numpy (rel 1e-9), its gradient against float64 central differences in
 random directions (JAX's ``check_grads`` method: ``<grad, v>`` vs ``(f(x+hv) - f(x-hv)) / 2h``,
 rel 1e-5 + abs 1e-6 of the scale), at the example input and at a second input (which may take
-another branch of a guard: a recompile).
+another branch of a guard: a recompile). Forward mode on the trace, by the interpreter, at the
+example input: the JVP (``tapejit.forward.jvp_graph``) against the same central difference,
+and the Hessian-vector product (forward over reverse: ``jvp_graph(vjp_graph(trace))``) against
+central differences of the trace's gradient ``(g(x+hv) - g(x-hv)) / 2h`` (h = 1e-5: rel 1e-5
++ abs 1e-6 of the gradient's scale), unless the program sits on a kink there.
 
 A clear error from tapejit (``TracingError``, ``TypeError``/``ValueError`` naming what is wrong)
 is counted, not failed; an internal error or a mismatch fails, printing the program as
@@ -27,6 +31,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import tapejit as tj
+from tapejit import autodiff, forward, interpret, tracing
 
 from fuzzgen import program
 
@@ -107,6 +112,87 @@ def _check_point(f, g, xs, src, rng) -> str:
     return "ok"
 
 
+def _report_forward(src: str, xs, vs, what: str) -> str:
+    def arr(a):
+        return f"np.array({np.asarray(a).tolist()!r})"
+
+    return (
+        f"{what}\n--- standalone reproducer ---\nimport numpy as np, tapejit as tj\n"
+        "from tapejit import autodiff, forward, interpret, tracing\n\n"
+        f"{src}\nxs = [{', '.join(map(arr, xs))}]\nvs = [{', '.join(map(arr, vs))}]\n"
+        "g = tracing.trace(f, xs, tuple(range(len(xs))))\n"
+        "print(interpret.evaluate(forward.jvp_graph(g), xs + vs))  # (value, J v)\n"
+        "print(interpret.evaluate(forward.jvp_graph(autodiff.vjp_graph(g)), xs + vs))"
+        "  # (value, grads, <grad, v>, H v)\n"
+    )
+
+
+def _flat(values) -> np.ndarray:
+    return np.concatenate([np.ravel(v) for v in values])
+
+
+def _check_forward(f, xs, src, rng) -> tuple[str, str]:
+    """(JVP outcome, HVP outcome) at ``xs``, each 'ok', 'kink' (a finite difference that
+    depends on its step) or 'skipped'; raises AssertionError with a reproducer on a mismatch."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = float(f(*[x.copy() for x in xs]))
+        g = tracing.trace(f, xs, tuple(range(len(xs))))
+        vs = [rng.standard_normal(np.shape(x)) for x in xs]
+        try:
+            value, tangent = interpret.evaluate(forward.jvp_graph(g), [*xs, *vs])
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(_report_forward(src, xs, vs, f"forward mode: {e!r}")) from e
+        scale = max(1.0, abs(want))
+        if value != pytest.approx(want, rel=1e-9, abs=1e-9 * scale):
+            return "kink", "skipped"  # the trace's branch is not numpy's here (a tie)
+        got = float(tangent)
+        fd = _fd(f, xs, vs, 1e-6)
+        if abs(got - fd) > 1e-5 * max(abs(fd), abs(got)) + 1e-6 * scale:
+            fd2 = _fd(f, xs, vs, 1e-7)
+            if abs(fd2 - fd) > 1e-4 * max(1.0, abs(fd)):
+                return "kink", "skipped"
+            raise AssertionError(
+                _report_forward(src, xs, vs, f"JVP {got!r}, central difference {fd!r} (h=1e-6)")
+            )
+        joint = autodiff.vjp_graph(g)
+        try:
+            outs = interpret.evaluate(forward.jvp_graph(joint), [*xs, *vs])
+        except Exception as e:  # noqa: BLE001
+            what = f"forward over reverse: {e!r}"
+            raise AssertionError(_report_forward(src, xs, vs, what)) from e
+        n = len(joint.outputs)
+        grads, hv = _flat(outs[1:n]), _flat(outs[n + 1 :])
+        # the tangent of the value is <grad, v>: two exact derivatives, rounded differently
+        mag = float(np.sum(np.abs(grads * _flat(vs)))) + abs(got)
+        if abs(float(outs[n]) - got) > 1e-8 * mag + 1e-10 * scale:
+            raise AssertionError(
+                _report_forward(src, xs, vs, f"<grad, v> {float(outs[n])!r} != JVP {got!r}")
+            )
+
+        def gfd(h):
+            gp = interpret.evaluate(joint, [x + h * v for x, v in zip(xs, vs)])[1:]
+            gm = interpret.evaluate(joint, [x - h * v for x, v in zip(xs, vs)])[1:]
+            return (_flat(gp) - _flat(gm)) / (2 * h)
+
+        fd = gfd(1e-5)
+        gscale = max(1.0, float(np.max(np.abs(grads), initial=0.0)))
+        if not np.all(np.isfinite(fd)):
+            return "ok", "skipped"
+        bad = np.abs(hv - fd) > 1e-5 * np.maximum(np.abs(fd), np.abs(hv)) + 1e-6 * gscale
+        if bad.any():
+            fd2 = gfd(1e-6)
+            if np.any(np.abs(fd2 - fd) > 1e-4 * np.maximum(1.0, np.abs(fd))):
+                return "ok", "kink"
+            k = int(np.argmax(bad))
+            what = (
+                f"(H v)[{k}] = {hv[k]!r}, central difference of the gradient {fd[k]!r} "
+                f"(h=1e-5), {fd2[k]!r} (h=1e-6)"
+            )
+            raise AssertionError(_report_forward(src, xs, vs, what))
+    return "ok", "ok"
+
+
 @seed(SEED)
 @_settings()
 @given(st.data())
@@ -150,6 +236,9 @@ def test_random_programs_match_numpy_and_finite_differences(data):
         except Exception as e:  # noqa: BLE001
             raise AssertionError(_report(src, pts, f"internal error {type(e).__name__}: {e}")) from e
     COUNTS["passed" if "kink" not in outcomes else "non-smooth (skipped)"] += 1
+    jvp, hvp = _check_forward(f, xs, src, rng) if outcomes[0] == "ok" else ("skipped", "skipped")
+    COUNTS[f"jvp {jvp}"] += 1
+    COUNTS[f"hvp {hvp}"] += 1
     for feat in features:
         FEATURES[feat] += 1
 

@@ -195,6 +195,8 @@ def _cases(op) -> list[Case]:
             ),
             Case(op, [(), (4,)], _loop_case_scalar, "[fori, scalar carry]"),
         ]
+    if op == "custom":  # a hand-given rule, built by tapejit.custom: tests/test_custom.py
+        return []
     raise AssertionError(f"no case generator for op {op}")
 
 
@@ -234,7 +236,7 @@ CASES = [c for op in PRIMITIVES for c in _cases(op)]
 
 def test_every_primitive_has_cases():
     covered = {c.op for c in CASES}
-    assert covered == set(PRIMITIVES)
+    assert covered == set(PRIMITIVES) - set(ops.CUSTOM)  # custom: tests/test_custom.py
 
 
 def test_every_differentiable_op_has_a_vjp_rule():

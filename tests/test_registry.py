@@ -6,6 +6,7 @@ defaulted to 1; one without a lowering row miscompiled)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +26,12 @@ def missing_layers(name: str) -> list[str]:
             gaps.append("the interpreter (OpDef.ref)")
         if op.vjp is None:
             gaps.append("reverse mode (OpDef.vjp)")
+        if op.jvp is None:
+            gaps.append("forward mode")  # OpDef.jvp, the rule of tapejit/forward.py
     if op.group in ("unary", "binary", "compare", "logical", "select", "cast"):
         if name not in lower.EMIT:
             gaps.append("codegen/lower.py EMIT")
-    elif op.group not in lower.LOWER:
+    elif op.group not in lower.LOWER and name not in ops.CUSTOM:  # simplify inlines them
         gaps.append("codegen/lower.py LOWER")
     if op.cost >= 10 and op.group in ("unary", "binary"):  # polynomial math
         row = mathlib.MATH.get(name)
@@ -62,11 +65,33 @@ def test_the_check_names_a_missing_layer(monkeypatch):
     assert "codegen/lower.py EMIT" in gaps
     assert "codegen/mathlib.py MATH" in gaps
     assert "reverse mode (OpDef.vjp)" in gaps
+    assert "forward mode" in gaps
     assert "the tracer (numpy_api.UFUNCS['spacing'])" in gaps
 
 
+def test_forward_mode_has_a_row_for_every_differentiable_op(monkeypatch):
+    """Every differentiable op has a JVP rule; a piecewise-constant op gets the zero-tangent
+    rule from defop; an op without a rule fails the layer check by name, and forward mode
+    raises RuleError naming it."""
+    from tapejit import forward
+    from tapejit.ir import Graph
+
+    missing = [n for n in OPS if ops.OPS[n].group != "leaf" and ops.OPS[n].jvp is None]
+    assert not missing, "; ".join(f"forward mode has no row for op {n}" for n in missing)
+    for n in ops.NONDIFFERENTIABLE:
+        assert ops.OPS[n].jvp((ops.const(1.0),), ops.const(0.0), ops.const(1.0)) is None
+    monkeypatch.setitem(ops.OPS, "exp", dataclasses.replace(ops.OPS["exp"], jvp=None))
+    assert "forward mode has no row for op exp" in [
+        f"{layer} has no row for op exp" for layer in missing_layers("exp")
+    ]
+    x = ops.input_node(0, "x", ops.Type(()))
+    with pytest.raises(ops.RuleError, match="op 'exp' has no JVP rule"):
+        forward.jvp_graph(Graph("f", (x,), ("active",), (ops.elementwise("exp", x),)))
+
+
 def test_groups_partition_the_ops():
-    groups = [ops.ELEMENTWISE, ops.REDUCE, ops.SHAPE, ops.INDEX, ops.LINALG, ops.CONTROL, ops.LEAF]
+    groups = [ops.ELEMENTWISE, ops.REDUCE, ops.SHAPE, ops.INDEX, ops.LINALG, ops.CONTROL,
+              ops.CUSTOM, ops.LEAF]  # fmt: skip
     flat = [n for g in groups for n in g]
     assert sorted(flat) == OPS and len(flat) == len(set(flat))
     assert set(ops.SCATTER) <= set(ops.INDEX)
