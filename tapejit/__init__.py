@@ -10,6 +10,7 @@ See README.md and the documentation site (docs/) for the pipeline; every stage p
 """
 
 from .control import checkpoint, fori_loop, scan, while_loop
+from .custom import custom_jvp, custom_vjp
 from .api import (
     STAGES,
     GradientFunction,
@@ -19,7 +20,14 @@ from .api import (
     MaxStepsWarning,
     compile,
     grad,
+    hessian,
+    hvp,
+    jacfwd,
+    jacobian,
+    jacrev,
+    jvp,
     value_and_grad,
+    vjp,
 )
 from .ir import VerifyError
 from .ops import RuleError
@@ -44,10 +52,19 @@ __all__ = [
     "VerifyError",
     "checkpoint",
     "compile",
+    "custom_jvp",
+    "custom_vjp",
     "fori_loop",
     "grad",
+    "hessian",
+    "hvp",
+    "jacfwd",
+    "jacobian",
+    "jacrev",
+    "jvp",
     "scan",
     "value_and_grad",
+    "vjp",
     "where",
     "while_loop",
 ]

@@ -10,6 +10,7 @@ validation, specialisations).
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -18,6 +19,7 @@ from .pipeline import STAGES
 from .runtime.dispatch import GuardError, GuardWarning, MaxStepsError, MaxStepsWarning
 from .runtime.function import GradientFunction
 from .runtime.options import DYNAMIC_CAPACITY, CacheSpec, object_cache
+from .runtime.pytrees import TreeGradient, is_array_like, is_container, optree
 
 __all__ = [
     "DYNAMIC_CAPACITY",
@@ -29,8 +31,15 @@ __all__ = [
     "MaxStepsWarning",
     "compile",
     "grad",
+    "hessian",
+    "hvp",
+    "jacfwd",
+    "jacobian",
+    "jacrev",
+    "jvp",
     "object_cache",
     "value_and_grad",
+    "vjp",
 ]
 
 
@@ -44,6 +53,8 @@ def compile(
     dynamic_argnums: int | Sequence[int] = (),
     on_max_steps: str = "warn",
     progress: bool | None = None,
+    mode: str = "grad",
+    has_aux: bool = False,
 ) -> GradientFunction:
     """Compile the gradient of scalar-valued ``f`` for arguments shaped like ``example_args``.
 
@@ -84,29 +95,61 @@ def compile(
     ``None`` (default) on a terminal unless ``$TAPEJIT_PROGRESS=0``; every stage is also logged
     to the ``"tapejit"`` logger (:mod:`tapejit.progress`).
 
+    ``mode``: what to compile — ``"grad"`` (default: the gradient of a scalar ``f``), or a
+    transformation of :mod:`tapejit.transforms`: ``"jvp"`` (call with ``*args, *tangents``;
+    returns ``(*ys, *tangents)``), ``"vjp"`` (``*args, *cotangents`` -> ``(*ys, *gradients)``),
+    ``"jacfwd"``/``"jacrev"`` (the Jacobian of each output wrt each argument, shape
+    ``y.shape + x.shape``), ``"hvp"`` (``*args, v`` -> ``H v``), ``"hessian"`` (``H``, shape
+    ``x.shape + x.shape``). :func:`jvp`, :func:`vjp`, :func:`jacobian`, :func:`hvp` and
+    :func:`hessian` are the convenient forms.
+
+    Pytrees: arguments may be nested tuples/lists/dicts/namedtuples/dataclasses of arrays and
+    numbers (flattened with optree: ``pip install 'tapejit[pytrees]'``); gradients come back in
+    the structure of the differentiated arguments and ``out=`` takes it. ``has_aux=True``: ``f``
+    returns ``(value, aux)`` (``aux`` any pytree of arrays computed in ``f``); a call returns
+    ``(gradient, aux)`` from the same native call, ``value_and_grad`` ``((value, aux),
+    gradient)``. Either returns a :class:`~tapejit.runtime.pytrees.TreeGradient` (same calls,
+    a little Python around the native call) for ``mode="grad"``.
+
     Returns a :class:`GradientFunction`. Raises :class:`tapejit.TracingError` when ``f`` cannot be
     traced (unsupported numpy function, a non-scalar result, a conversion that would drop a
     derivative), naming the file and line; ``TypeError``/``ValueError`` for invalid options.
     """
-    return GradientFunction(
-        f,
-        example_args,
-        argnums,
-        cache,
-        on_guard_failure,
-        max_specialisations,
+    options = dict(
+        cache=cache,
+        on_guard_failure=on_guard_failure,
+        max_specialisations=max_specialisations,
         dynamic_argnums=dynamic_argnums,
         on_max_steps=on_max_steps,
         progress=progress,
     )
+    if has_aux or any(is_container(a) for a in example_args):
+        if mode != "grad":
+            raise TypeError(
+                f"pytree arguments and has_aux work with mode='grad' so far, not {mode!r}: "
+                "pass arrays (flatten the containers yourself)"
+            )
+        return TreeGradient(f, example_args, argnums, has_aux=has_aux, **options)
+    return GradientFunction(f, example_args, argnums, mode=mode, **options)
+
+
+def _signature_key(args: Sequence[Any]) -> tuple:
+    """What a compiled function is specialised on: the shapes (and pytree structure)."""
+    if not any(is_container(a) for a in args):
+        return tuple(np.shape(a) for a in args)
+    ot = optree()
+    leaves, treedef = ot.tree_flatten(tuple(args), none_is_leaf=True)
+    return (treedef, tuple(np.shape(x) for x in leaves))
 
 
 class _Lazy:
     """A gradient that compiles one specialisation per argument-shape signature, on first use."""
 
-    def __init__(self, f: Callable, argnums: int | Sequence[int], with_value: bool):
-        self.fn, self.argnums, self.with_value = f, argnums, with_value
-        self.specialisations: dict[tuple, GradientFunction] = {}
+    def __init__(
+        self, f: Callable, argnums: int | Sequence[int], with_value: bool, has_aux: bool = False
+    ):
+        self.fn, self.argnums, self.with_value, self.has_aux = f, argnums, with_value, has_aux
+        self.specialisations: dict[tuple, Any] = {}
         self.__doc__ = (
             f"{'(value, gradient)' if with_value else 'The gradient'} of "
             f"{getattr(f, '__name__', 'f')} with respect to argnums={argnums!r}, compiled per "
@@ -114,10 +157,12 @@ class _Lazy:
         )
 
     def __call__(self, *args: Any, out: Any = None):
-        key = tuple(np.shape(a) for a in args)
+        key = _signature_key(args)
         g = self.specialisations.get(key)
         if g is None:
-            g = self.specialisations[key] = GradientFunction(self.fn, args, self.argnums)
+            g = self.specialisations[key] = compile(
+                self.fn, *args, argnums=self.argnums, has_aux=self.has_aux
+            )
         return g.value_and_grad(*args, out=out) if self.with_value else g(*args, out=out)
 
     def __repr__(self) -> str:
@@ -125,7 +170,7 @@ class _Lazy:
         return f"<tapejit.{kind} of {getattr(self.fn, '__name__', 'f')}, argnums={self.argnums!r}>"
 
 
-def grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+def grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
     """The gradient of scalar-valued ``f`` as a function: ``grad(f)(*args, out=None)``.
 
     Like :func:`compile`, but lazy: the first call with a given set of argument shapes traces and
@@ -134,13 +179,18 @@ def grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     gradient is an array of that argument's shape, or a float for a scalar; a tuple: a tuple of
     gradients in that order). ``out=``: as for :class:`GradientFunction`.
 
+    Arguments may be pytrees (see :func:`compile`); ``has_aux=True``: ``f`` returns ``(value,
+    aux)`` and the call returns ``(gradient, aux)``.
+
     Raises :class:`tapejit.TracingError` at the first call when ``f`` cannot be traced, and the
     ``TypeError``/``ValueError`` of a :class:`GradientFunction` call for invalid arguments.
     """
-    return _Lazy(f, argnums, with_value=False)
+    return _Lazy(f, argnums, with_value=False, has_aux=has_aux)
 
 
-def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+def value_and_grad(
+    f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False
+) -> Callable:
     """``value_and_grad(f)(*args, out=None) -> (f(*args), gradient)``, both from one native call.
 
     The value ``f(*args)`` is a Python float; the gradient is an array of the differentiated
@@ -150,7 +200,175 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     lazily, like :func:`grad`: the first call with a given set of argument shapes traces and
     compiles ``f``; later calls with those shapes reuse it.
 
+    Arguments may be pytrees (see :func:`compile`); ``has_aux=True``: ``f`` returns ``(value,
+    aux)`` and the call returns ``((value, aux), gradient)``.
+
     Raises :class:`tapejit.TracingError` at the first call when ``f`` cannot be traced, and the
     ``TypeError``/``ValueError`` of a :class:`GradientFunction` call for invalid arguments.
     """
-    return _Lazy(f, argnums, with_value=True)
+    return _Lazy(f, argnums, with_value=True, has_aux=has_aux)
+
+
+# -- transformations ------------------------------------------------------------------------------
+# Compiled transformations of f, one per (mode, argnums, argument shapes), kept as long as f lives.
+_COMPILED: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
+
+
+def _compiled(f: Callable, mode: str, argnums: Any, args: Sequence[Any]) -> GradientFunction:
+    key = (mode, argnums, tuple(np.shape(a) for a in args))
+    try:
+        table = _COMPILED.setdefault(f, {})
+    except TypeError:  # f cannot be weakly referenced: compile each time (the disk cache helps)
+        table = {}
+    g = table.get(key)
+    if g is None:
+        g = table[key] = compile(f, *args, argnums=argnums, mode=mode)
+    return g
+
+
+def _arrays(name: str, values: Any) -> tuple:
+    if not isinstance(values, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple or list of arrays, got {type(values).__name__}")
+    for k, v in enumerate(values):
+        if not is_array_like(v):
+            raise TypeError(f"{name}[{k}] must be a float64 array or a number, got {type(v).__name__}")
+    return tuple(values)
+
+
+def _split_outputs(flat: Any, n: int) -> tuple:
+    flat = flat if isinstance(flat, tuple) else (flat,)
+    return flat[:n], flat[n:]
+
+
+def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
+    """Forward mode: ``(f(*primals), J(primals) @ tangents)``, as ``jax.jvp``.
+
+    ``primals`` and ``tangents`` are tuples of float64 arrays or numbers of matching shapes (one
+    tangent per primal). ``f`` returns an array, a number or a tuple of them; the result is
+    ``(y, y_dot)`` of the same structure. Compiled once per set of shapes (``compile(f, *primals,
+    mode="jvp")`` is the compiled form: call it as ``jf(*primals, *tangents)``), one native call.
+
+    Raises ``TypeError``/``ValueError`` naming the tangent whose type or shape is wrong, and
+    :class:`tapejit.TracingError` when ``f`` cannot be traced.
+    """
+    primals, tangents = _arrays("primals", primals), _arrays("tangents", tangents)
+    if len(tangents) != len(primals):
+        raise TypeError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    for k, (p, t) in enumerate(zip(primals, tangents)):
+        if np.shape(p) != np.shape(t):
+            raise ValueError(
+                f"jvp: tangents[{k}] must have the shape of primals[{k}], {np.shape(p)}, "
+                f"got {np.shape(t)}"
+            )
+    g = _compiled(f, "jvp", tuple(range(len(primals))), primals)
+    ys, ts = _split_outputs(g(*primals, *tangents), g._n_outputs // 2)
+    return (ys[0], ts[0]) if len(ys) == 1 else (ys, ts)
+
+
+def vjp(f: Callable, *primals: Any) -> tuple[Any, Callable]:
+    """Reverse mode with a cotangent given at call time: ``(f(*primals), vjp_fn)`` where
+    ``vjp_fn(cotangent)`` returns the tuple of cotangents of the primals, as ``jax.vjp``.
+
+    ``f`` returns an array or a number (or a tuple of them: then give one cotangent each);
+    cotangents have the outputs' shapes. Compiled once per set of shapes (``compile(f,
+    *primals, mode="vjp")``, called as ``vf(*primals, *cotangents)`` -> ``(*ys, *grads)``).
+
+    Raises ``TypeError``/``ValueError`` naming the cotangent whose type or shape is wrong.
+    """
+    primals = _arrays("primals", primals)
+    g = _compiled(f, "vjp", tuple(range(len(primals))), primals)
+    shapes = g._primary.signature.shapes[len(primals) :]
+    zeros = [np.zeros(s) for s in shapes]
+    out = g(*primals, *zeros)
+    ys, _ = _split_outputs(out, len(shapes))
+
+    def vjp_fn(*cotangents: Any) -> tuple:
+        if len(cotangents) != len(shapes):
+            raise TypeError(f"vjp_fn takes {len(shapes)} cotangent(s), got {len(cotangents)}")
+        for k, (c, s) in enumerate(zip(cotangents, shapes)):
+            if not is_array_like(c) or np.shape(c) != s:
+                got = np.shape(c) if is_array_like(c) else type(c).__name__
+                raise ValueError(f"vjp_fn: cotangent {k} must have the output's shape {s}, got {got}")
+        _, grads = _split_outputs(g(*primals, *cotangents), len(shapes))
+        return tuple(grads)
+
+    return (ys[0] if len(ys) == 1 else ys), vjp_fn
+
+
+def _jacobian_fn(f: Callable, argnums: int | Sequence[int], mode: str) -> Callable:
+    def jac(*args: Any) -> Any:
+        args = _arrays("arguments", args)
+        chosen = mode
+        if mode == "auto":  # forward mode when the inputs are fewer than the outputs
+            nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+            n_in = sum(int(np.size(args[i])) for i in nums)
+            y = f(*args)
+            n_out = sum(int(np.size(v)) for v in (y if isinstance(y, tuple) else (y,)))
+            chosen = "jacfwd" if n_in <= n_out else "jacrev"
+        g = _compiled(f, chosen, argnums, args)
+        flat = g(*args)
+        flat = flat if isinstance(flat, tuple) else (flat,)
+        n_args = 1 if isinstance(argnums, int) else len(argnums)
+        blocks = [flat[k : k + n_args] for k in range(0, len(flat), n_args)]
+        per_out = [b[0] if isinstance(argnums, int) else tuple(b) for b in blocks]
+        return per_out[0] if len(per_out) == 1 else tuple(per_out)
+
+    jac.__name__ = f"jacobian_of_{getattr(f, '__name__', 'f')}"
+    return jac
+
+
+def jacobian(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """The Jacobian of ``f`` as a function: ``jacobian(f)(*args)`` has shape ``y.shape +
+    x.shape`` (a tuple over ``argnums`` for a tuple, a tuple over outputs when ``f`` returns a
+    tuple), computed in one native call whose basis sweep is a native loop. Forward mode
+    (:func:`jacfwd`) when the differentiated inputs have no more elements than the outputs,
+    else reverse mode (:func:`jacrev`); compiled once per set of shapes.
+    """
+    return _jacobian_fn(f, argnums, "auto")
+
+
+def jacfwd(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """:func:`jacobian` by forward mode: one JVP per input element, in a native loop."""
+    return _jacobian_fn(f, argnums, "jacfwd")
+
+
+def jacrev(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
+    """:func:`jacobian` by reverse mode: one VJP per output element, in a native loop."""
+    return _jacobian_fn(f, argnums, "jacrev")
+
+
+def hessian(f: Callable, argnums: int = 0) -> Callable:
+    """The Hessian of scalar ``f`` as a function: ``hessian(f)(*args)`` has shape ``x.shape +
+    x.shape`` for ``x = args[argnums]`` — forward over reverse over the basis of ``x``, one
+    native call. Compiled once per set of shapes. ``argnums`` is one argument."""
+    if not isinstance(argnums, int):
+        raise TypeError("hessian: argnums must be one argument (an int)")
+
+    def hess(*args: Any) -> np.ndarray:
+        args = _arrays("arguments", args)
+        return _compiled(f, "hessian", argnums, args)(*args)
+
+    hess.__name__ = f"hessian_of_{getattr(f, '__name__', 'f')}"
+    return hess
+
+
+def hvp(f: Callable, primals: Any, v: Any, argnums: int = 0) -> np.ndarray:
+    """The Hessian-vector product ``H v`` of scalar ``f`` at ``primals`` (a tuple of arguments,
+    or one array) with respect to argument ``argnums``: forward over reverse in one native
+    kernel, costing a small multiple of one gradient. ``v`` has that argument's shape.
+    Compiled once per set of shapes (``compile(f, *primals, mode="hvp")``, called as
+    ``h(*primals, v)``).
+
+    Raises ``ValueError`` when ``v``'s shape differs from the argument's.
+    """
+    primals = tuple(primals) if isinstance(primals, (tuple, list)) else (primals,)
+    primals = _arrays("primals", primals)
+    if not isinstance(argnums, int):
+        raise TypeError("hvp: argnums must be one argument (an int)")
+    if not is_array_like(v) or np.shape(v) != np.shape(primals[argnums]):
+        got = np.shape(v) if is_array_like(v) else type(v).__name__
+        raise ValueError(
+            f"hvp: v must have the shape of argument {argnums}, {np.shape(primals[argnums])}, "
+            f"got {got}"
+        )
+    return _compiled(f, "hvp", argnums, primals)(*primals, v)

@@ -583,17 +583,25 @@ def _cache(action: str) -> int:
 
 def primitives_markdown() -> str:
     """The table of primitives: each op's group, the numpy names it answers to, whether it has
-    a reverse-mode rule, and the accuracy its math row guarantees (README keeps a copy that
+    reverse- and forward-mode rules, and the accuracy its math row guarantees (README keeps a copy that
     ``tests/test_docs.py`` checks; ``tapejit ops`` prints it)."""
     from tapejit.codegen import mathlib
     from tapejit import ops
 
-    rows = ["| op | group | numpy names | reverse mode | accuracy |", "|---|---|---|---|---|"]
+    rows = [
+        "| op | group | numpy names | reverse mode | forward mode | accuracy |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, op in ops.OPS.items():
         if op.group == "leaf":
             continue
         names = ", ".join(f"`{n}`" for n in op.numpy) or "–"
-        vjp = "yes" if op.differentiable else "no cotangent (piecewise constant)"
+        if name in ops.CUSTOM:
+            vjp = jvp = "the user's rule"
+        elif op.differentiable:
+            vjp, jvp = "yes", "yes" if op.jvp is not None else "no"
+        else:
+            vjp, jvp = "no cotangent (piecewise constant)", "zero tangent"
         m = mathlib.MATH.get(name)
         if m is not None and m.body is not None:
             acc = f"≤ {m.ulp_ld:g} ulp (vectorised IR)"
@@ -601,7 +609,7 @@ def primitives_markdown() -> str:
             acc = f"exact (`{m.intrinsic}`)"
         else:
             acc = "IEEE arithmetic" if op.group in ("unary", "binary") else "–"
-        rows.append(f"| `{name}` | {op.group} | {names} | {vjp} | {acc} |")
+        rows.append(f"| `{name}` | {op.group} | {names} | {vjp} | {jvp} | {acc} |")
     return "\n".join(rows)
 
 
@@ -624,6 +632,19 @@ _ARG_HELP = (
 
 def _para(text: str) -> str:
     return textwrap.fill(text, 88)
+
+
+def _function_arguments(c: argparse.ArgumentParser) -> None:
+    """The arguments naming the function to compile: FILE.py:FUNC, --arg SPEC..., --argnums."""
+    c.add_argument("target", metavar="FILE.py:FUNC", help="the function to differentiate")
+    c.add_argument("--arg", action="append", default=[], metavar="SPEC", help=_ARG_HELP)
+    c.add_argument(
+        "--argnums",
+        type=int,
+        nargs="*",
+        metavar="N",
+        help="positions of the arguments to differentiate (default: 0)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -672,15 +693,7 @@ def build_parser() -> argparse.ArgumentParser:
                 ),
                 epilog="example:\n  tapejit stats examples/eam.py:eam --arg 'f64[100]' --json",
             )
-        c.add_argument("target", metavar="FILE.py:FUNC", help="the function to differentiate")
-        c.add_argument("--arg", action="append", default=[], metavar="SPEC", help=_ARG_HELP)
-        c.add_argument(
-            "--argnums",
-            type=int,
-            nargs="*",
-            metavar="N",
-            help="positions of the arguments to differentiate (default: 0)",
-        )
+        _function_arguments(c)
         if name == "dump":
             c.add_argument(
                 "--stage",
@@ -723,12 +736,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         epilog="example:\n  tapejit export examples/eam.py:eam --arg 'f64[100]' -o build --shared",
     )
-    c.add_argument("target", metavar="FILE.py:FUNC", help="the function to differentiate")
-    c.add_argument("--arg", action="append", default=[], metavar="SPEC", help=_ARG_HELP)
-    c.add_argument(
-        "--argnums", type=int, nargs="*", metavar="N",
-        help="positions of the arguments to differentiate (default: 0)",
-    )  # fmt: skip
+    _function_arguments(c)
     c.add_argument(
         "-o", "--output", required=True, metavar="DIR",
         help="directory to write into (created if missing), or FILE.o to name the files",

@@ -34,6 +34,7 @@ from .codegen.lower import lower
 from .ir import Graph, Program, digest
 from .ops import Op
 from .progress import Progress, log
+from .transforms import values_graph
 
 #: The printable stages, in pipeline order (``grad.ir(stage)``, ``tapejit dump --stage``).
 STAGES = ("trace", "grad", "opt", "plan", "llvm", "llvm-opt", "asm")
@@ -53,13 +54,20 @@ class Front:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def front(trace: Graph, order: tuple[int, ...] | None, progress: Progress | None = None) -> Front:
+def front(
+    trace: Graph,
+    order: tuple[int, ...] | None,
+    progress: Progress | None = None,
+    program: bool = False,
+) -> Front:
     """Reverse mode (the cotangents of the active inputs, returned in ``order`` of the runtime
-    arguments; ``None``: input order), the passes and the memory plan of ``trace``."""
+    arguments; ``None``: input order), the passes and the memory plan of ``trace``. With
+    ``program=True`` ``trace`` is a transformation's program (:mod:`tapejit.transforms`): it
+    is not differentiated; the kernel returns its outputs."""
     t1 = time.perf_counter()
     if progress:
         progress.step("autodiff", f"{len(trace.nodes)} trace nodes")
-    joint = autodiff.vjp_graph(trace, order)
+    joint = values_graph(trace) if program else autodiff.vjp_graph(trace, order)
     t2 = time.perf_counter()
     if progress:
         progress.step("passes", f"{len(joint.nodes)} joint nodes")
@@ -79,8 +87,8 @@ class Built:
     pipeline found. This is what an on-disk cache entry holds.
 
     The kernel ``symbol`` takes ``n_inputs`` pointers (runtime arguments of ``shapes``, then
-    ``consts``), the value output, ``n_outputs`` - 1 gradient outputs and a workspace of
-    ``stats["workspace_bytes"]``; ``symbol + "_fast"`` and ``symbol + "_batch"`` are its
+    ``consts``), the value output, ``n_outputs`` - 1 outputs of ``out_shapes`` (the gradients,
+    for a gradient) and a workspace of ``stats["workspace_bytes"]``; ``symbol + "_fast"`` and ``symbol + "_batch"`` are its
     fast-call and batch entries when they were built.
     """
 
@@ -92,6 +100,7 @@ class Built:
     stats: dict[str, Any]
     llvm: str | bytes  # the module's text before optimisation (or zlib-compressed text)
     lib: CodeLibrary
+    out_shapes: tuple[tuple[int, ...], ...] = ()
 
     def entry(self, trace: Graph) -> dict[str, bytes]:
         """The cache entry (object code, IR text, a JSON description)."""
@@ -100,6 +109,7 @@ class Built:
             "n_inputs": self.n_inputs,
             "n_outputs": self.n_outputs,
             "shapes": [list(s) for s in self.shapes],
+            "out_shapes": [list(s) for s in self.out_shapes],
             "stats": self.stats,
         }
         llvm_text = _cache.text(self.llvm)
@@ -117,16 +127,17 @@ class Built:
         try:
             m = e.meta
             shapes = tuple(tuple(int(d) for d in s) for s in m["shapes"])
+            outs = tuple(tuple(int(d) for d in s) for s in m["out_shapes"])
             fields = (m["symbol"], int(m["n_inputs"]), int(m["n_outputs"]), shapes)
         except (KeyError, ValueError, TypeError):
             return None
-        return cls(*fields, e.consts, m["stats"], e.llvm, CodeLibrary.load(e.object, e.llvm_opt))
+        lib = CodeLibrary.load(e.object, e.llvm_opt)
+        return cls(*fields, e.consts, m["stats"], e.llvm, lib, outs)
 
 
 def build(
     stages: Front,
     symbol: str,
-    argnums: tuple[int, ...],
     tuple_result: bool,
     entries: bool,
     keep_object: bool,
@@ -134,7 +145,7 @@ def build(
 ) -> Built:
     """Lower ``stages.plan`` to LLVM as function ``symbol`` and compile it.
 
-    ``argnums``: the runtime arguments whose gradients the kernel writes, in output order.
+    ``tuple_result``: the outputs after the value are returned as a tuple.
     ``entries``: also build the fast-call trampoline (when this CPython's layout allows it) and
     the batch entry. ``keep_object``: keep the object code (for the on-disk cache).
     """
@@ -149,7 +160,7 @@ def build(
     if list(g.kinds[len(runtime) :]) != ["const"] * len(consts):
         raise AssertionError("graph inputs must list runtime arguments before constants")
     shapes = tuple(n.shape for n in runtime)
-    grad_shapes = tuple(shapes[i] for i in argnums)
+    grad_shapes = tuple(n.shape for n in g.outputs[1:])
     fast = {}
     if entries:
         if _fastcall.layout_ok():
@@ -187,7 +198,9 @@ def build(
         "loops": sum(n.op == Op.LOOP for n in prog.graph.nodes),
         **fast,
     }
-    return Built(symbol, len(g.inputs), len(g.outputs), shapes, consts, stats, text, lib)
+    return Built(
+        symbol, len(g.inputs), len(g.outputs), shapes, consts, stats, text, lib, grad_shapes
+    )
 
 
 @functools.cache
@@ -243,6 +256,7 @@ def load_or_build(
     entries: bool,
     cache: ObjectCache | None,
     progress: Progress | None = None,
+    program: bool = False,
 ) -> tuple[Built, Front | None, dict[str, float], bool]:
     """``trace`` compiled, or loaded from ``cache``: ``(built, front stages or None on a cache
     hit, timings, hit)``. The cache key is :func:`fingerprint` with ``argnums``, the
@@ -256,7 +270,7 @@ def load_or_build(
             progress.step("cache", f"{len(trace.nodes)} trace nodes")
         t0 = time.perf_counter()
         key = cache_key(
-            f"{fingerprint(trace, tuple_result, entries)}\norder={argnums}",
+            f"{fingerprint(trace, tuple_result, entries)}\norder={argnums} program={program}",
             f"tapejit-{VERSION}-{compiler_digest()}",
         )
         built = Built.from_entry(cache.load(key), trace)
@@ -265,10 +279,8 @@ def load_or_build(
             timings.update(built.lib.timings)
             log.debug("%s: on-disk cache hit %s", trace.name, key[:12])
             return built, None, timings, True
-    stages = front(trace, argnums, progress)
-    built = build(
-        stages, symbol_of(trace), argnums, tuple_result, entries, cache is not None, progress
-    )
+    stages = front(trace, argnums, progress, program)
+    built = build(stages, symbol_of(trace), tuple_result, entries, cache is not None, progress)
     timings.update(stages.timings)
     timings.update(built.lib.timings)
     if cache is not None:

@@ -21,6 +21,7 @@ file and line.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -1159,6 +1160,7 @@ def trace(
     dynamic: dict[int, int] | None = None,
     forced: dict[int, bool] | None = None,
     check_max_steps: bool = True,
+    outputs: str = "scalar",
 ) -> Graph:
     """Trace ``f(*args)`` into a graph whose inputs are ``args`` (active where in ``argnums``)
     followed by the arrays ``f`` captured (const inputs, snapshotted now).
@@ -1169,8 +1171,10 @@ def trace(
     (:func:`tapejit.scan`). ``forced`` maps a guard number (1-based, the native status of its
     failure) to the outcome the trace follows there instead of the example's: for a retrace
     after native code decided a comparison the other way on the same input.
-    ``check_max_steps=False`` records no :func:`max_steps_check`. ``f`` must return
-    a scalar (shape ``()``) float. Raises
+    ``check_max_steps=False`` records no :func:`max_steps_check`. With ``outputs="scalar"``
+    ``f`` must return a scalar (shape ``()``) float (a loss); with ``outputs="any"`` it may
+    return an array, a number, or a tuple/list of them (the graph's outputs, in order: a
+    transformation's program, see :mod:`tapejit.transforms`). Raises
     :class:`TracingError` for anything that cannot be traced, naming the user's file and line.
     """
     name = getattr(f, "__name__", "f")
@@ -1225,32 +1229,83 @@ def trace(
             raise
         if st.conversion_error is not None:  # raised, then caught and ignored by f
             raise st.conversion_error
-        if isinstance(result, (list, tuple, dict, str, bytes, type(None))):
+        program = outputs == "any"
+        if program and isinstance(result, (list, tuple)):
+            outs = [_output(r, name, program) for r in result]
+        elif isinstance(result, (list, tuple, dict, str, bytes, type(None))):
             # lift() would report these as a failed array conversion at the compile() call
             raise TracingError(
                 f"{name} must return a scalar float (a loss), got {type(result).__name__}"
             )
-        out = lift(result) if not isinstance(result, Tracer) else result
+        else:
+            outs = [_output(result, name, program)]
     finally:
         _current.pop()
         _values.clear()
         _values.update(saved)
-    if out.shape != () or out.node.dtype != "f64":
+    if outputs == "scalar" and (outs[0].shape != () or outs[0].node.dtype != "f64"):
         raise TracingError(
-            f"{name} must return a scalar float (a loss), got {out.node.type}; "
+            f"{name} must return a scalar float (a loss), got {outs[0].node.type}; "
             "reduce it with .sum() or index it first"
         )
+    names = ("value",) if len(outs) == 1 else tuple(f"out{k}" for k in range(len(outs)))
     return ir.verify(
         Graph(
             name,
             tuple(st.inputs),
             tuple(st.kinds),
-            (out.node,),
+            tuple(o.node for o in outs),
             st.bindings,
-            ("value",),
+            names,
             guards=tuple(st.guards),
         )
     )
+
+
+def _output(result: Any, name: str, program: bool) -> Tracer:
+    """One result of a traced function as a tracer (a program's results as f64)."""
+    if isinstance(result, (dict, str, bytes, type(None))):
+        raise TracingError(f"{name} must return arrays or numbers, got {type(result).__name__}")
+    out = lift(result) if not isinstance(result, Tracer) else result
+    if program and out.node.dtype != "f64":
+        out = _build(ops._float, out)
+    return out
+
+
+@contextlib.contextmanager
+def detached():
+    """Trace something else from inside a trace (a user's derivative rule, traced into a graph
+    of its own): the traces in progress are set aside and restored afterwards."""
+    saved = list(_current.items)
+    _current.items.clear()
+    try:
+        yield
+    finally:
+        _current.items[:] = saved
+
+
+def call_graph(g: Graph, *args: Any, guards: bool = True) -> list[Tracer]:
+    """Inline ``g`` into the trace in progress: its runtime inputs bound to ``args`` (tracers,
+    arrays or numbers, in input order), its const inputs to the arrays it captured; returns one
+    tracer per output. ``g``'s guards become guards of this trace (``guards=False`` drops them:
+    for a copy inside a loop body whose guards an outer copy already checks). How a
+    transformation uses a graph it built (a JVP, a VJP) inside a traced program."""
+    runtime = [k for k in g.kinds if k != "const"]
+    if len(args) != len(runtime):
+        raise TypeError(f"{g.name} takes {len(runtime)} inputs, got {len(args)}")
+    values = list(args) + [g.bindings[i] for i, k in enumerate(g.kinds) if k == "const"]
+    depth = len(_current.items)
+    ts = [x if x.__class__ is Tracer and x.level == depth else lift(x) for x in values]
+    mapping = {id(inp): t.node for inp, t in zip(g.inputs, ts)}
+    conds = [c for c, _, _ in g.guards] if guards else []
+    nodes = ir.substitute(tuple(g.outputs) + tuple(conds), mapping)
+    if conds:
+        st = _state()
+        if isinstance(st, BodyTrace):
+            raise _fail(f"{g.name} has guards (Python control flow) and cannot run in a loop body")
+        for node, (_, expected, where) in zip(nodes[len(g.outputs) :], g.guards):
+            st.guards.append((node, expected, where))
+    return [Tracer(n, _UNSET, depth) for n in nodes[: len(g.outputs)]]
 
 
 # The numpy surface (ufuncs and functions) is defined on top of the tracer, in its own module.

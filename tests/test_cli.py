@@ -226,7 +226,8 @@ def test_ops_lists_every_primitive_with_its_accuracy():
     for name, op in ops.OPS.items():
         if op.group != "leaf":
             assert f"| `{name}` | {op.group} |" in r.stdout
-    assert "| `erf` | unary | – | yes | ≤ 1.5 ulp (vectorised IR) |" in r.stdout
+    assert "| `erf` | unary | – | yes | yes | ≤ 1.5 ulp (vectorised IR) |" in r.stdout
+    assert "| `floor` | unary | `floor` | no cotangent (piecewise constant) | zero tangent |" in r.stdout
 
 
 # -- help ------------------------------------------------------------------------------------------

@@ -206,6 +206,14 @@ RULE_CASES = {
     "reduce-max": [
         (lambda s: ops.reduce("reduce_max", _bs(s)), [()], (), lambda g: _ops_in(g) == ["input"]),
     ],
+    "custom": [  # a hand-given rule's node (tapejit.custom) is its first operand
+        (
+            lambda x: mk("custom", mk("exp", x), x, attrs=("rule",)),
+            [S],
+            (),
+            lambda g: "custom" not in _ops_in(g) and "exp" in _ops_in(g),
+        ),
+    ],
 }
 
 

@@ -144,10 +144,10 @@ def test_spawned_pool_and_process_pool_executor():
     g = tj.compile(eam, x[0], cache=False)
     want = [(g(v), g.value_and_grad(v)[0]) for v in x]
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(2) as pool:
-        got = pool.map(_call, [(g, v) for v in x])
+    with ctx.Pool(2) as pool:  # (a worker that fails to unpickle a task would hang the pool)
+        got = pool.map_async(_call, [(g, v) for v in x]).get(timeout=300)
     with ProcessPoolExecutor(2, mp_context=ctx) as ex:
-        got2 = list(ex.map(_call, [(g, v) for v in x]))
+        got2 = list(ex.map(_call, [(g, v) for v in x], timeout=300))
     for (ga, va), (gb, vb), (gc, vc) in zip(want, got, got2):
         np.testing.assert_array_equal(ga, gb)
         np.testing.assert_array_equal(ga, gc)
@@ -174,3 +174,15 @@ def test_dask_sweep_on_a_local_cluster_ships_the_gradient_once_per_worker():
         assert 1 <= sum(counts.values()) <= len(counts)  # once per worker that ran a task
     with pytest.raises(ValueError, match=r"X must have shape \(m, 30\)"):
         tjd.batch(g, RNG.random((5, 31)))
+
+
+def test_a_transformation_pickles_and_recompiles_with_its_mode(monkeypatch):
+    x, v = RNG.random(8), RNG.standard_normal(8)
+    h = tj.compile(eam, x, mode="hvp", cache=False)
+    h2 = pickle.loads(pickle.dumps(h))
+    np.testing.assert_array_equal(h2(x, v), h(x, v))
+    data = pickle.dumps(h)
+    here = pickling.host_key()
+    monkeypatch.setattr(pickling, "host_key", lambda: dict(here, cpu="elsewhere"))
+    h3 = pickle.loads(data)  # recompiled for "this" host, in the same mode
+    np.testing.assert_allclose(h3(x, v), h(x, v), rtol=1e-14)

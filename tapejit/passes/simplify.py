@@ -259,8 +259,14 @@ def _reduce_max(n, rw):
     return None if s is None or x.type.size == 0 else ops.broadcast_to(s, n.shape)
 
 
+def _custom(n, rw):
+    """A derivative given by hand has served reverse/forward mode: what remains is its value."""
+    return n.args[0]
+
+
 #: The rule table: (name, ops matched (None: every op), rewrite, note on exactness).
 RULES: list[tuple[str, tuple[Op, ...] | None, object, str]] = [
+    ("custom", (Op.CUSTOM,), _custom, "exact: a hand-given rule's node is its value"),
     ("fold", None, _fold, "exact: evaluated with the op's reference"),
     ("add", (Op.ADD,), _add, "x+0 -> x may turn -0.0 into +0.0; x+(-y) -> x-y exact"),
     ("sub", (Op.SUB,), _sub, "0-x -> -x sign of zero; x-(-y) -> x+y exact"),

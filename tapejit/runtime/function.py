@@ -63,6 +63,7 @@ class GradientFunction(functools.partial):
         dynamic_argnums: int | Sequence[int] = (),
         on_max_steps: str = "warn",
         progress: bool | None = None,
+        mode: str = "grad",
     ):
         if not callable(f):
             raise TypeError(f"compile() needs a callable, got {type(f).__name__}")
@@ -76,6 +77,8 @@ class GradientFunction(functools.partial):
             dynamic_argnums if isinstance(dynamic_argnums, int) else tuple(dynamic_argnums),
             on_max_steps,
             progress,
+            mode,
+            None if mode == "grad" else len(example_args),
         )
         self.fn = f
         self._example = tuple(example_args)  # to recompile an unpickled copy on another host
@@ -85,7 +88,8 @@ class GradientFunction(functools.partial):
     def _point(self, v: Variant) -> None:
         """Make calls reach ``v``: the partial's C-level function is its entry, and the
         instance's ``value_and_grad`` (shadowing the method below) is its native one."""
-        self.__dict__["value_and_grad"] = v.vg_entry
+        if not v.program:
+            self.__dict__["value_and_grad"] = v.vg_entry
         functools.partial.__setstate__(self, (v.entry, (), {}, self.__dict__))
 
     def __reduce__(self):
@@ -120,6 +124,11 @@ class GradientFunction(functools.partial):
         return self._primary.signature.argnums
 
     @property
+    def _n_outputs(self) -> int:
+        """How many results a call returns (gradients, or a transformation's outputs)."""
+        return len(self._primary.signature.grad_shapes)
+
+    @property
     def name(self) -> str:
         """The compiled function's name (``f.__name__``)."""
         return self._primary.name
@@ -139,7 +148,13 @@ class GradientFunction(functools.partial):
     # -- calling ---------------------------------------------------------------------------------
     def value_and_grad(self, *args: Any, out: Any = None) -> tuple[float, Any]:
         """``(f(*args), gradient)``: the primal value (a float) and the gradient, from one native
-        call; ``out`` as for a plain call. Raises as a plain call does."""
+        call; ``out`` as for a plain call. Raises as a plain call does, and ``TypeError`` for a
+        transformation other than a gradient (``compile(..., mode=...)``)."""
+        if self._primary.program:
+            raise TypeError(
+                f"{self.name}: value_and_grad is for gradients; this function was compiled with "
+                f"mode={self._dispatcher.options.mode!r}"
+            )
         return self._dispatcher.current.call(args, out)
 
     def batch(

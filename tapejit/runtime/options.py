@@ -57,8 +57,16 @@ class Options:
     dynamic_argnums: int | tuple[int, ...] = ()
     on_max_steps: str = "warn"
     progress: bool | None = None
+    mode: str = "grad"
+    nargs: int | None = None  # the function's arguments (a program takes more: tangents...)
 
     def __post_init__(self):
+        from ..transforms import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {self.mode!r}")
+        if self.mode != "grad" and self.dynamic_argnums not in ((), None):
+            raise ValueError(f"dynamic_argnums works with mode='grad' only, not {self.mode!r}")
         if self.on_guard_failure not in ("recompile", "raise"):
             raise ValueError(
                 f"on_guard_failure must be 'recompile' or 'raise', got {self.on_guard_failure!r}"

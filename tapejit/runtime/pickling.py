@@ -115,7 +115,9 @@ def _variant_state(v: Variant) -> dict[str, Any]:
         "llvm_opt": zlib.compress(v._lib.llvm_ir.encode(), 1),
         "guards": [(None, bool(e), str(w)) for _, e, w in v.guards],
         "texts": v.texts(),
-        "signature": (sig.name, sig.shapes, sig.argnums, sig.tuple_result, dict(sig.dynamic)),
+        "signature": (
+            sig.name, sig.shapes, sig.argnums, sig.tuple_result, dict(sig.dynamic), sig.grad_shapes
+        ),
     }
 
 
@@ -180,7 +182,7 @@ def restore(state: dict[str, Any]) -> "GradientFunction":
         if f is None:
             raise _bad(f"it was compiled for another host or toolchain ({diff}) and {missing}")
         log.info("recompiling a pickled gradient for this host (%s)", diff)
-        kw = {k: v for k, v in options.__dict__.items() if k != "argnums"}
+        kw = {k: v for k, v in options.__dict__.items() if k not in ("argnums", "nargs")}
         return GradientFunction(f, state["example"], options.argnums, **kw)
     try:
         g = GradientFunction.__new__(GradientFunction)
@@ -204,12 +206,15 @@ def _variant(s: dict[str, Any], dispatcher: Any) -> Variant:
     lib = CodeLibrary.load(bytes(s["object"]), s["llvm_opt"])
     consts = [np.ascontiguousarray(c) for c in s["consts"]]
     shapes = tuple(tuple(int(d) for d in sh) for sh in s["shapes"])
+    name, arg_shapes, argnums, tuple_result, dynamic, out_shapes = s["signature"]
+    out_shapes = tuple(map(tuple, out_shapes))
     built = pipeline.Built(
         s["symbol"], int(s["n_inputs"]), int(s["n_outputs"]), shapes, consts, s["stats"],
-        s["llvm"], lib,
+        s["llvm"], lib, out_shapes,
     )
-    name, arg_shapes, argnums, tuple_result, dynamic = s["signature"]
-    sig = Signature(name, tuple(map(tuple, arg_shapes)), tuple(argnums), tuple_result, dynamic)
+    sig = Signature(
+        name, tuple(map(tuple, arg_shapes)), tuple(argnums), tuple_result, dynamic, out_shapes
+    )
     return Variant(
         built, None, None, sig, s["stats"], dispatcher, guards=s["guards"], texts=s["texts"]
     )

@@ -27,10 +27,11 @@ def _dims(shape: tuple[int, ...]) -> str:
 class Signature:
     """The calling convention of one compiled gradient.
 
-    ``shapes``: the runtime arguments' shapes (float64); ``argnums``: the arguments whose
-    gradients are returned, in that order; ``tuple_result``: gradients come back as a tuple;
-    ``dynamic``: position -> capacity of arguments whose leading axis may vary up to the
-    capacity (a hidden length input follows the arguments for each).
+    ``shapes``: the runtime arguments' shapes (float64); ``argnums``: the differentiated
+    arguments; ``tuple_result``: the results come back as a tuple; ``dynamic``: position ->
+    capacity of arguments whose leading axis may vary up to the capacity (a hidden length input
+    follows the arguments for each); ``out_shapes``: the results' shapes (default: the
+    gradients', ``shapes[i]`` for ``i`` in ``argnums``), kept as ``grad_shapes``.
     """
 
     def __init__(
@@ -40,11 +41,14 @@ class Signature:
         argnums: tuple[int, ...],
         tuple_result: bool,
         dynamic: dict[int, int],
+        out_shapes: tuple[tuple[int, ...], ...] | None = None,
     ):
         self.name = name
         self.shapes = shapes
         self.argnums = argnums
-        self.grad_shapes = tuple(shapes[i] for i in argnums)
+        self.grad_shapes = (
+            tuple(shapes[i] for i in argnums) if out_shapes is None else tuple(out_shapes)
+        )
         self.tuple_result = tuple_result
         self.dynamic = dynamic
 
@@ -81,7 +85,7 @@ class Signature:
         if not isinstance(outs, tuple) or len(outs) != len(self.grad_shapes):
             raise TypeError(
                 f"{self.name}: out must be a tuple of {len(self.grad_shapes)} arrays "
-                "(one per entry of argnums)"
+                "(one per result: per entry of argnums, for a gradient)"
             )
         out_ptrs = [
             self.out_pointer(self._out_name("", k), o, s, args)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .. import pipeline, tracing
+from .. import pipeline, tracing, transforms
 from ..codegen import entry as _entry
 from ..codegen import fastcall as _fastcall
 from ..codegen.cache import ObjectCache, text
@@ -114,6 +114,7 @@ class Variant:
         self._front = front
         self._texts = dict(texts or {})
         self._built = built
+        self.program = bool(stats.get("program"))  # a transformation's program, not a gradient
         self._symbol = built.symbol
         self._llvm = built.llvm
         self._lib = built.lib
@@ -305,7 +306,7 @@ class Variant:
     def stages(self) -> dict[str, Any]:
         """The front end's stages (recomputed once if a cache hit skipped them)."""
         if self._front is None:
-            self._front = pipeline.front(self._trace, self.signature.argnums)
+            self._front = pipeline.front(self._trace, self.signature.argnums, None, self.program)
         f = self._front
         return {"trace": f.trace, "grad": f.grad, "opt": f.opt, "plan": f.plan}
 
@@ -335,20 +336,25 @@ def _bind(
     dispatcher: "Dispatcher | None",
     t_trace: float,
     progress: Progress | None,
+    program: bool = False,
 ) -> Variant:
-    """``trace`` compiled (or loaded from ``cache``) and bound as a :class:`Variant`."""
+    """``trace`` compiled (or loaded from ``cache``) and bound as a :class:`Variant`
+    (``program``: a transformation's program, run as it is, not differentiated)."""
     built, front, timings, hit = pipeline.load_or_build(
-        trace, argnums, tuple_result, not dynamic, cache, progress
+        trace, argnums, tuple_result, not dynamic, cache, progress, program
     )
     if progress:
         progress.step("bind", "cache hit" if hit else "compiled")
     n_args = len(built.shapes) - len(dynamic)  # then one hidden length per dynamic argument
-    sig = Signature(trace.name, built.shapes[:n_args], argnums, tuple_result, dynamic)
+    sig = Signature(
+        trace.name, built.shapes[:n_args], argnums, tuple_result, dynamic, built.out_shapes
+    )
     stats = {
         **built.stats,
         "constants_bytes": sum(c.nbytes for c in built.consts),
         "cache": "off" if cache is None else ("hit" if hit else "miss"),
         "timings": {"trace": t_trace, **timings},
+        **({"program": True} if program else {}),
     }
     return Variant(built, trace, front, sig, stats, dispatcher)
 
@@ -369,6 +375,8 @@ def compile_variant(
     :func:`tapejit.tracing.trace`); ``lenient``: leave out ``while_loop`` max_steps checks.
     Raises :class:`tapejit.TracingError` when ``f`` cannot be traced.
     """
+    if options.nargs is not None:  # a program's call also passes its tangents etc.
+        args = args[: options.nargs]
     order = options.order(len(args))
     capacity = capacity or {}
     dynamic = {
@@ -376,19 +384,28 @@ def compile_variant(
         for i in options.dynamic(args, order)
     }
     name = getattr(f, "__name__", "f")
+    mode = options.mode
     t0 = time.perf_counter()
     with _cyclic_gc_paused(), Progress(name, wanted(options.progress)) as progress:
-        trace = tracing.trace(f, args, order, dynamic, forced, check_max_steps=not lenient)
+        outputs = "scalar" if mode in transforms.SCALAR_MODES else "any"
+        trace = tracing.trace(
+            f, args, order, dynamic, forced, check_max_steps=not lenient, outputs=outputs
+        )
+        tuple_result = options.tuple_result
+        if mode != "grad":
+            trace = transforms.program(mode, trace, order, args)
+            tuple_result = len(trace.outputs) > 1
         t_trace = time.perf_counter() - t0
         v = _bind(
             trace,
             order,
-            options.tuple_result,
+            tuple_result,
             dynamic,
             object_cache(options.cache),
             dispatcher,
             t_trace,
             progress,
+            mode != "grad",
         )
     log.info(
         "compiled %s in %.3f s (%d trace nodes, on-disk cache %s)",

@@ -1,0 +1,256 @@
+"""Pytrees at the runtime boundary: arguments, gradients, ``out=`` and ``aux`` as nested
+containers, flattened with `optree <https://github.com/metaopt/optree>`_ (the pytree library
+PyTorch uses: C++ speed, tuples/lists/dicts/namedtuples/dataclasses and registered types, and
+paths for error messages — ``pip install 'tapejit[pytrees]'``).
+
+The IR sees flat arrays only: :class:`TreeGradient` traces ``f`` through a flat function of the
+leaves (:func:`flat_function`), compiles that with :func:`tapejit.compile`, and wraps the calls
+— flatten the arguments, check their structure, call the flat gradient, rebuild the results in
+the arguments' structure. ``has_aux=True`` (``f`` returns ``(value, aux)``, ``aux`` any pytree of
+arrays computed in ``f``) is handled here too: ``aux`` comes back from the same native call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .function import GradientFunction
+
+
+def optree():
+    """The optree module; ``ImportError`` naming the extra when it is not installed."""
+    try:
+        import optree as ot
+    except ImportError as e:
+        raise ImportError(
+            "pytree arguments and has_aux need optree: pip install 'tapejit[pytrees]'"
+        ) from e
+    return ot
+
+
+def is_array_like(a: Any) -> bool:
+    """A leaf the compiled code takes directly (no flattening needed)."""
+    return isinstance(a, (np.ndarray, float, int, np.floating, np.integer)) and not isinstance(
+        a, (bool, np.bool_)
+    )
+
+
+def is_container(a: Any) -> bool:
+    """An argument that is a pytree rather than a leaf: a tuple, dict, namedtuple or dataclass
+    instance. A top-level *list* is not (numpy users mean an array by it: it is rejected with the
+    advice to pass one); lists inside a pytree are nodes as usual. Anything else goes to the
+    compiled code as it is, and is validated there."""
+    import dataclasses
+
+    return isinstance(a, (tuple, dict)) or (dataclasses.is_dataclass(a) and not isinstance(a, type))
+
+
+def _path(prefix: str, path: tuple) -> str:
+    return prefix + "".join(f"[{k!r}]" for k in path)
+
+
+class _Structure:
+    """The leaves of the arguments: their paths, shapes and which argument owns each."""
+
+    def __init__(self, args: Sequence[Any], names: Sequence[str]):
+        ot = optree()
+        self.treedefs, self.paths, self.shapes, self.owner, self.leaves = [], [], [], [], []
+        for i, (a, name) in enumerate(zip(args, names)):
+            paths, leaves, treedef = ot.tree_flatten_with_path(a, none_is_leaf=True)
+            self.treedefs.append(treedef)
+            for p, leaf in zip(paths, leaves):
+                where = _path(name, p)
+                if not is_array_like(leaf):
+                    raise TypeError(
+                        f"{where} must be a float64 array or a number, got {type(leaf).__name__}"
+                    )
+                self.paths.append(where)
+                self.shapes.append(np.shape(leaf))
+                self.owner.append(i)
+                self.leaves.append(leaf)
+
+    def flatten(self, args: Sequence[Any], what: str = "argument") -> list:
+        """The leaves of ``args``, checked against the compiled structure (``ValueError`` /
+        ``TypeError`` naming the path)."""
+        ot = optree()
+        if len(args) != len(self.treedefs):
+            raise TypeError(
+                f"the compiled function takes {len(self.treedefs)} {what}(s), got {len(args)}"
+            )
+        out = []
+        k = 0
+        for a, treedef in zip(args, self.treedefs):
+            leaves, got = ot.tree_flatten(a, none_is_leaf=True)
+            if got != treedef:
+                raise ValueError(
+                    f"{self.paths[k] if k < len(self.paths) else what} and its siblings: the "
+                    f"structure {got} differs from the compiled {treedef}"
+                )
+            for leaf in leaves:
+                if not is_array_like(leaf):
+                    raise TypeError(
+                        f"{self.paths[k]} must be a float64 array or a number, "
+                        f"got {type(leaf).__name__}"
+                    )
+                if np.shape(leaf) != self.shapes[k]:
+                    raise ValueError(
+                        f"{self.paths[k]} must have shape {self.shapes[k]}, got {np.shape(leaf)}"
+                    )
+                out.append(leaf)
+                k += 1
+        return out
+
+    def unflatten(self, i: int, leaves: Sequence[Any]) -> Any:
+        return optree().tree_unflatten(self.treedefs[i], list(leaves))
+
+    def positions(self, i: int) -> list[int]:
+        return [k for k, o in enumerate(self.owner) if o == i]
+
+
+def flat_function(f: Callable, st: _Structure, has_aux: bool, aux_def: list) -> Callable:
+    """``f`` as a function of the flat leaves; with ``has_aux`` it returns ``(value,
+    *aux leaves)`` and records aux's structure in ``aux_def``."""
+    ot = optree()
+
+    def flat(*leaves):
+        args, k = [], 0
+        for i in range(len(st.treedefs)):
+            n = len(st.positions(i))
+            args.append(st.unflatten(i, leaves[k : k + n]))
+            k += n
+        out = f(*args)
+        if not has_aux:
+            return out
+        if not isinstance(out, tuple) or len(out) != 2:
+            from ..tracing import TracingError
+
+            raise TracingError(
+                f"{getattr(f, '__name__', 'f')} was compiled with has_aux=True, so it must return "
+                f"(value, aux), got {type(out).__name__}"
+                + (f" of length {len(out)}" if isinstance(out, tuple) else "")
+            )
+        value, aux = out
+        leaves_aux, treedef = ot.tree_flatten(aux, none_is_leaf=False)
+        aux_def[:] = [treedef]
+        return (value, *leaves_aux)
+
+    flat.__name__ = getattr(f, "__name__", "f")
+    flat.__qualname__ = getattr(f, "__qualname__", flat.__name__)
+    return flat
+
+
+class TreeGradient:
+    """The gradient of ``f`` whose arguments (or ``aux``) are pytrees: calls return gradients in
+    the structure of the differentiated arguments (a tuple of them for a tuple ``argnums``),
+    ``out=`` takes that structure, and with ``has_aux`` a call returns ``(gradient, aux)`` and
+    :meth:`value_and_grad` returns ``((value, aux), gradient)``, as in JAX. Wrong structures,
+    shapes or leaf types raise ``ValueError``/``TypeError`` naming the path (``params['W1']``).
+    """
+
+    def __init__(
+        self,
+        f: Callable,
+        example_args: Sequence[Any],
+        argnums: int | Sequence[int] = 0,
+        has_aux: bool = False,
+        names: Sequence[str] | None = None,
+        **options: Any,
+    ):
+        import inspect
+
+        if names is None:
+            try:
+                params = list(inspect.signature(f).parameters)
+            except (TypeError, ValueError):
+                params = []
+            names = [params[i] if i < len(params) else f"args[{i}]" for i in range(len(example_args))]
+        self.fn, self.has_aux, self._argnums = f, has_aux, argnums
+        self._st = st = _Structure(example_args, names)
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        for a in nums:
+            if not isinstance(a, int) or not -len(example_args) <= a < len(example_args):
+                raise ValueError(
+                    f"argnums entry {a!r} is not a valid index for {len(example_args)} arguments"
+                )
+        self._nums = tuple(a % len(example_args) for a in nums)
+        flat_nums = tuple(k for i in self._nums for k in st.positions(i))
+        if not flat_nums:
+            raise ValueError(f"argnums {argnums!r} selects arguments without array leaves")
+        self._aux_def: list = []
+        mode = "grad_aux" if has_aux else "grad"
+        self._flat = GradientFunction(
+            flat_function(f, st, has_aux, self._aux_def),
+            st.leaves,
+            flat_nums,
+            mode=mode,
+            **options,
+        )
+        self._n_grads = len(flat_nums)
+        self._grad_def = optree().tree_structure(
+            self._grads([0.0] * self._n_grads), none_is_leaf=True
+        )
+
+    def _leaves(self, args: Sequence[Any]) -> list:
+        return self._st.flatten(args)
+
+    def _grads(self, flat: Sequence[Any]) -> Any:
+        out, k = [], 0
+        for i in self._nums:
+            n = len(self._st.positions(i))
+            out.append(self._st.unflatten(i, flat[k : k + n]))
+            k += n
+        return out[0] if isinstance(self._argnums, int) else tuple(out)
+
+    def _out(self, out: Any) -> tuple | None:
+        if out is None:
+            return None
+        leaves, got = optree().tree_flatten(out, none_is_leaf=True)
+        if got != self._grad_def:
+            raise ValueError(f"out: the structure {got} differs from the gradient's {self._grad_def}")
+        return tuple(leaves)
+
+    def _split(self, result: Any) -> tuple[float, Any, Any]:
+        """``(value, gradient, aux)`` of a flat call's result."""
+        if self.has_aux:
+            value, *rest = result
+            grads, aux_leaves = rest[: self._n_grads], rest[self._n_grads :]
+            aux = optree().tree_unflatten(self._aux_def[0], list(aux_leaves))
+            return value, self._grads(grads), aux
+        value, grads = result
+        return value, self._grads(grads), None
+
+    def __call__(self, *args: Any, out: Any = None) -> Any:
+        """The gradient at ``args`` (``(gradient, aux)`` with ``has_aux``)."""
+        value, grads, aux = self.value_and_grad_flat(args, out)
+        return (grads, aux) if self.has_aux else grads
+
+    def value_and_grad(self, *args: Any, out: Any = None) -> Any:
+        """``(value, gradient)``; ``((value, aux), gradient)`` with ``has_aux``."""
+        value, grads, aux = self.value_and_grad_flat(args, out)
+        return ((value, aux), grads) if self.has_aux else (value, grads)
+
+    def value_and_grad_flat(self, args: Sequence[Any], out: Any) -> tuple:
+        leaves = self._leaves(args)
+        outs = self._out(out)
+        if self.has_aux:
+            res = self._flat(*leaves)  # a program: (value, *grads, *aux)
+            res = res if isinstance(res, tuple) else (res,)
+            if outs is not None:
+                for o, g in zip(outs, res[1 : 1 + self._n_grads]):
+                    o[...] = g
+                res = (res[0], *outs, *res[1 + self._n_grads :])
+            return self._split(res)
+        value, grads = self._flat.value_and_grad(*leaves, out=outs)
+        return value, self._grads(grads if isinstance(grads, tuple) else (grads,)), None
+
+    @property
+    def stats(self) -> dict:
+        return self._flat.stats
+
+    def ir(self, stage: str = "grad") -> str:
+        return self._flat.ir(stage)
+
+    def __repr__(self) -> str:
+        return f"<TreeGradient of {getattr(self.fn, '__name__', 'f')} wrt argnums={self._argnums!r}>"
