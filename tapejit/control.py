@@ -104,7 +104,14 @@ def fori_loop(lower: int, upper: int, body: Callable, init: Any) -> Any:
     """``for i in range(lower, upper): carry = body(i, carry)``; returns the final carry.
 
     ``lower`` and ``upper`` are ints (a traced value is turned into an int with a guard); ``i``
-    is a float64 scalar in the body. ``body`` is never unrolled.
+    is a float64 scalar in the body. ``init`` (the carry) is a float64 array or number, or a
+    tuple/list of them; ``body`` returns a carry of the same structure, shapes and dtypes. The
+    body is traced once and compiled into a native loop, never unrolled; reverse mode stores
+    what the backward loop needs per iteration (only the carries under :func:`checkpoint`).
+    Outside tracing it runs as the Python loop. As ``jax.lax.fori_loop``.
+
+    Raises :class:`tapejit.TracingError` when the body changes the carry's structure or a
+    shape, or branches on a traced value (use :func:`tapejit.where`).
     """
     lo, hi = _static_int(lower, "fori_loop lower"), _static_int(upper, "fori_loop upper")
     if not _tracing():
@@ -132,7 +139,15 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None) -> t
 
     ``xs`` is an array, a tuple/list of arrays with equal leading length, or ``None`` (then
     ``length`` iterations with ``x_t = None``). ``f`` returns ``(carry, y)``; ``y`` may be
-    ``None``, an array/scalar or a tuple/list of them. As ``jax.lax.scan``.
+    ``None``, an array/scalar or a tuple/list of them; ``ys`` has each ``y`` stacked along a
+    new leading axis of length ``len(xs)``. float64 throughout. One native loop; its gradient
+    stores per-iteration residuals (or only carries under :func:`checkpoint`) and runs the
+    backward loop for the same iterations. A sequence passed as ``dynamic_argnums`` to
+    :func:`tapejit.compile` may change length between calls without recompiling. As
+    ``jax.lax.scan``.
+
+    Raises ``ValueError`` for ``xs`` of unequal lengths or a ``length`` that disagrees, and
+    :class:`tapejit.TracingError` for a body that changes the carry's structure or shapes.
     """
     x_leaves, x_struct = _flatten(xs) if xs is not None else ([], None)
     lengths_dyn = [tracing.dynamic_length(x) for x in x_leaves]
@@ -199,7 +214,15 @@ def while_loop(cond: Callable, body: Callable, init: Any, *, max_steps: int) -> 
 
     The loop stops when ``cond`` is false *or* after ``max_steps`` iterations (the static bound
     sizes the residual stack for the gradient). The gradient's cost follows the iterations
-    actually run, not ``max_steps``.
+    actually run, not ``max_steps``. ``cond(carry)`` returns a scalar (bool or number);
+    ``body`` returns a carry of ``init``'s structure, shapes and dtypes (float64). A top-level
+    loop that runs out of ``max_steps`` with ``cond`` still true is reported at call time
+    (:class:`tapejit.MaxStepsWarning`, or :class:`tapejit.MaxStepsError` with
+    ``compile(..., on_max_steps="raise")``). Reverse mode of a bounded while loop follows
+    Griewank & Walther, *Evaluating Derivatives* (2008), ch. 12 (tape of the iterations run).
+
+    Raises ``ValueError`` for ``max_steps < 0`` and :class:`tapejit.TracingError` for a body or
+    condition that cannot be traced.
     """
     steps = _static_int(max_steps, "max_steps")
     if steps < 0:

@@ -1094,8 +1094,14 @@ def _copy(a) -> Tracer:
 def where(cond, a, b):
     """Branch-free select: ``a`` where ``cond`` is true, else ``b`` (numpy broadcasting).
 
-    Both branches are evaluated; the cotangent flows only into the selected one. Use this
-    instead of Python ``if`` on traced values. Outside tracing it is ``numpy.where``.
+    ``cond`` is a bool array or scalar (a comparison of traced values), ``a`` and ``b`` float64
+    arrays or numbers; the result has their broadcast shape. Both branches are evaluated and the
+    cotangent (and tangent) flows only into the selected one — as a zero into the other, and
+    0 × NaN is NaN: ``where(x > 0, sqrt(x), 0)`` has a NaN gradient at ``x < 0``, where
+    ``sqrt``'s derivative is NaN (write ``sqrt(where(x > 0, x, 1))`` in the unselected branch). Use this instead of Python ``if`` on traced values: it records no guard. Outside
+    tracing it is ``numpy.where``.
+
+    Raises :class:`tapejit.TracingError` for operands that do not broadcast.
     """
     if not any(isinstance(v, Tracer) for v in (cond, a, b)):
         return np.where(cond, a, b)
