@@ -15,11 +15,17 @@ function (``codegen/lower.py``: ``Interface``), so it does not grow like N.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from benchutil import C_FLAGS, FAST_MATH, assert_close, tag
 
 import tapejit as tj
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from pair_potential import lattice, lj_grad_numpy, lj_rows  # noqa: E402  (the model, once)
 
 SIZES = [64, 256]
 RTOL, RTOL_FAST = 1e-11, 1e-10
@@ -49,34 +55,6 @@ double lj_grad(const double *restrict x, double *restrict g, int64_t n) {
 """
 C_CDEF = "double lj_grad(const double *x, double *g, int64_t n);"
 C_BUILDS = {"C -O3": C_FLAGS, "C -O3 fast-math": FAST_MATH}
-
-
-def lj_rows(pos):
-    """The model: one row of pairs per iteration."""
-    e = 0.0
-    for i in range(len(pos) - 1):
-        d = pos[i + 1 :] - pos[i]
-        r2 = np.sum(d * d, axis=1)
-        inv6 = 1.0 / r2**3
-        e = e + np.sum(4.0 * (inv6 * inv6 - inv6))
-    return e
-
-
-def lj_grad_numpy(pos):
-    """Hand-written numpy gradient over all pairs at once."""
-    d = pos[None, :, :] - pos[:, None, :]  # d[i, j] = x_j - x_i
-    r2 = np.einsum("ijk,ijk->ij", d, d)
-    np.fill_diagonal(r2, np.inf)
-    s = 1.0 / r2**3
-    f = -12.0 * s * (2.0 * s - 1.0) / r2
-    return 2.0 * np.einsum("ij,ijk->jk", f, d)
-
-
-def lattice(n):
-    """n atoms on a jittered cubic lattice, spacing 1.5."""
-    side = int(np.ceil(n ** (1 / 3)))
-    grid = np.stack(np.meshgrid(*[np.arange(side)] * 3, indexing="ij"), -1).reshape(-1, 3)
-    return grid[:n] * 1.5 + 0.1 * np.random.default_rng(n).random((n, 3))
 
 
 @pytest.fixture(scope="module", params=SIZES, ids=lambda n: f"N={n}")
