@@ -19,7 +19,7 @@ from .pipeline import STAGES
 from .runtime.dispatch import GuardError, GuardWarning, MaxStepsError, MaxStepsWarning
 from .runtime.function import GradientFunction
 from .runtime.options import DYNAMIC_CAPACITY, CacheSpec, object_cache
-from .runtime.pytrees import TreeGradient, is_array_like, is_container, optree
+from .runtime.pytrees import Raveled, TreeGradient, is_array_like, is_container, optree
 
 __all__ = [
     "DYNAMIC_CAPACITY",
@@ -109,7 +109,9 @@ def compile(
     returns ``(value, aux)`` (``aux`` any pytree of arrays computed in ``f``); a call returns
     ``(gradient, aux)`` from the same native call, ``value_and_grad`` ``((value, aux),
     gradient)``. Either returns a :class:`~tapejit.runtime.pytrees.TreeGradient` (same calls,
-    a little Python around the native call) for ``mode="grad"``.
+    a little Python around the native call) for ``mode="grad"``; the other modes take arrays
+    here (the functions :func:`jvp`, :func:`vjp`, :func:`jacobian`, :func:`hessian` and
+    :func:`hvp` take pytrees).
 
     Returns a :class:`GradientFunction`. Raises :class:`tapejit.TracingError` when ``f`` cannot be
     traced (unsupported numpy function, a non-scalar result, a conversion that would drop a
@@ -214,16 +216,36 @@ def value_and_grad(
 _COMPILED: "weakref.WeakKeyDictionary[Callable, dict]" = weakref.WeakKeyDictionary()
 
 
+def _table(f: Callable) -> dict:
+    try:
+        return _COMPILED.setdefault(f, {})
+    except TypeError:  # f cannot be weakly referenced: compile each time (the disk cache helps)
+        return {}
+
+
 def _compiled(f: Callable, mode: str, argnums: Any, args: Sequence[Any]) -> GradientFunction:
     key = (mode, argnums, tuple(np.shape(a) for a in args))
-    try:
-        table = _COMPILED.setdefault(f, {})
-    except TypeError:  # f cannot be weakly referenced: compile each time (the disk cache helps)
-        table = {}
+    table = _table(f)
     g = table.get(key)
     if g is None:
         g = table[key] = compile(f, *args, argnums=argnums, mode=mode)
     return g
+
+
+def _raveled(f: Callable, args: Sequence[Any], argnums: Any, mode: str):
+    """For pytree arguments: ``(r, compiled, vec, others)`` — ``f`` as a function of one flat
+    vector of the ``argnums`` leaves (:class:`~tapejit.runtime.pytrees.Raveled`), compiled in
+    ``mode`` with respect to that vector."""
+    key = ("raveled", mode, argnums, _signature_key(args))
+    table = _table(f)
+    hit = table.get(key)
+    if hit is None:
+        r = Raveled(f, args, argnums)
+        vec, others = r.vector(args)
+        hit = table[key] = (r, compile(r, vec, *others, argnums=0, mode=mode))
+    r, g = hit
+    vec, others = r.vector(args)
+    return r, g, vec, others
 
 
 def _arrays(name: str, values: Any) -> tuple:
@@ -251,6 +273,8 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[A
     Raises ``TypeError``/``ValueError`` naming the tangent whose type or shape is wrong, and
     :class:`tapejit.TracingError` when ``f`` cannot be traced.
     """
+    if any(is_container(p) for p in _seq("primals", primals)):
+        return _tree_jvp(f, tuple(primals), tuple(_seq("tangents", tangents)))
     primals, tangents = _arrays("primals", primals), _arrays("tangents", tangents)
     if len(tangents) != len(primals):
         raise TypeError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
@@ -265,6 +289,22 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[A
     return (ys[0], ts[0]) if len(ys) == 1 else (ys, ts)
 
 
+def _seq(name: str, values: Any) -> tuple:
+    if not isinstance(values, (tuple, list)):
+        raise TypeError(f"{name} must be a tuple or list, got {type(values).__name__}")
+    return tuple(values)
+
+
+def _tree_jvp(f: Callable, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
+    if len(tangents) != len(primals):
+        raise TypeError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    nums = tuple(range(len(primals)))
+    r, g, vec, others = _raveled(f, primals, nums, "jvp")
+    t = r.vector_of(tangents, "jvp: tangents")
+    y, ydot = g(vec, *others, t)
+    return r.unravel_output(y), r.unravel_output(ydot)
+
+
 def vjp(f: Callable, *primals: Any) -> tuple[Any, Callable]:
     """Reverse mode with a cotangent given at call time: ``(f(*primals), vjp_fn)`` where
     ``vjp_fn(cotangent)`` returns the tuple of cotangents of the primals, as ``jax.vjp``.
@@ -275,6 +315,16 @@ def vjp(f: Callable, *primals: Any) -> tuple[Any, Callable]:
 
     Raises ``TypeError``/``ValueError`` naming the cotangent whose type or shape is wrong.
     """
+    if any(is_container(p) for p in primals):
+        r, g, vec, others = _raveled(f, primals, tuple(range(len(primals))), "vjp")
+        y, _ = g(vec, *others, np.zeros(sum(int(np.prod(s)) for s in r.out_shapes)))
+
+        def tree_vjp_fn(cotangent: Any) -> tuple:
+            ct = r.ravel_like_output(cotangent, "vjp_fn: the cotangent")
+            _, grad = g(vec, *others, ct)
+            return r.unravel_args(grad)
+
+        return r.unravel_output(y), tree_vjp_fn
     primals = _arrays("primals", primals)
     g = _compiled(f, "vjp", tuple(range(len(primals))), primals)
     shapes = g._primary.signature.shapes[len(primals) :]
@@ -297,6 +347,11 @@ def vjp(f: Callable, *primals: Any) -> tuple[Any, Callable]:
 
 def _jacobian_fn(f: Callable, argnums: int | Sequence[int], mode: str) -> Callable:
     def jac(*args: Any) -> Any:
+        if any(is_container(a) for a in args):
+            chosen = "jacrev" if mode == "auto" else mode
+            r, g, vec, others = _raveled(f, args, argnums, chosen)
+            J = g(vec, *others)
+            return r.blocks(np.reshape(J, (-1, vec.size)))
         args = _arrays("arguments", args)
         chosen = mode
         if mode == "auto":  # forward mode when the inputs are fewer than the outputs
@@ -345,6 +400,9 @@ def hessian(f: Callable, argnums: int = 0) -> Callable:
         raise TypeError("hessian: argnums must be one argument (an int)")
 
     def hess(*args: Any) -> np.ndarray:
+        if any(is_container(a) for a in args):
+            r, g, vec, others = _raveled(f, args, argnums, "hessian")
+            return r.blocks(g(vec, *others), rows="args")
         args = _arrays("arguments", args)
         return _compiled(f, "hessian", argnums, args)(*args)
 
@@ -362,9 +420,12 @@ def hvp(f: Callable, primals: Any, v: Any, argnums: int = 0) -> np.ndarray:
     Raises ``ValueError`` when ``v``'s shape differs from the argument's.
     """
     primals = tuple(primals) if isinstance(primals, (tuple, list)) else (primals,)
-    primals = _arrays("primals", primals)
     if not isinstance(argnums, int):
         raise TypeError("hvp: argnums must be one argument (an int)")
+    if any(is_container(p) for p in primals):
+        r, g, vec, others = _raveled(f, primals, argnums, "hvp")
+        return r.unravel_args(g(vec, *others, r.ravel_like_args(v, "hvp: v")))
+    primals = _arrays("primals", primals)
     if not is_array_like(v) or np.shape(v) != np.shape(primals[argnums]):
         got = np.shape(v) if is_array_like(v) else type(v).__name__
         raise ValueError(

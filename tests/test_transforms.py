@@ -215,3 +215,57 @@ def test_newton_example_converges_quadratically():
     g = tj.grad(mod.loss)(w, X, y)
     assert np.linalg.norm(g) < 1e-12
     np.testing.assert_allclose(H, mod.hessian_by_hand(w, X, y), atol=1e-13)
+
+
+def _tree_model():
+    p = {"layer": Params(RNG.random((3, 4)), RNG.random(3)), "s": 0.5}
+    return p, RNG.random(4)
+
+
+def tree_out(p, x):
+    return {"h": np.tanh(p["layer"].W @ x + p["layer"].b) * p["s"], "n": np.sum(x) * p["s"]}
+
+
+def tree_loss(p, x):
+    return np.sum(np.tanh(p["layer"].W @ x + p["layer"].b) ** 2) * p["s"] ** 2
+
+
+def _flat(p):
+    return np.concatenate([p["layer"].W.ravel(), p["layer"].b, [p["s"]]])
+
+
+def _unflat(v):
+    return {"layer": Params(v[:12].reshape(3, 4), v[12:15]), "s": v[15]}
+
+
+def test_transformations_of_pytree_functions_match_their_flat_forms():
+    p, x = _tree_model()
+    v = _tree_model()[0]
+
+    def flat_loss(w, x):
+        return tree_loss(_unflat(w), x)
+
+    def flat_out(w, x):
+        o = tree_out(_unflat(w), x)
+        return np.concatenate([o["h"], [o["n"]]])
+
+    w, vw = _flat(p), _flat(v)
+    J = tj.jacobian(tree_out)(p, x)  # output structure outside, argument structure inside
+    Jf = tj.jacrev(flat_out)(w, x)
+    np.testing.assert_allclose(J["h"]["layer"].W, Jf[:3, :12].reshape(3, 3, 4), rtol=1e-13)
+    np.testing.assert_allclose(J["n"]["s"], Jf[3, 15], rtol=1e-13)
+    H = tj.hessian(tree_loss)(p, x)
+    Hf = tj.hessian(flat_loss)(w, x)
+    np.testing.assert_allclose(H["layer"].b["s"], Hf[12:15, 15], rtol=1e-12)
+    hv = tj.hvp(tree_loss, (p, x), v)
+    np.testing.assert_allclose(_flat(hv), Hf @ vw, rtol=1e-12)
+    y, yd = tj.jvp(tree_out, (p, x), (v, np.zeros(4)))
+    _, ydf = tj.jvp(flat_out, (w, x), (vw, np.zeros(4)))
+    np.testing.assert_allclose(yd["h"], ydf[:3], rtol=1e-13)
+    y2, vjp_fn = tj.vjp(tree_out, p, x)
+    gp, gx = vjp_fn({"h": np.ones(3), "n": 1.0})
+    np.testing.assert_allclose(_flat(gp), Jf[:, :16].sum(0), rtol=1e-12)
+    with pytest.raises(ValueError, match="structure"):
+        vjp_fn({"h": np.ones(3)})
+    with pytest.raises(ValueError, match="hvp: v"):
+        tj.hvp(tree_loss, (p, x), {"layer": Params(np.ones((3, 5)), np.ones(3)), "s": 1.0})

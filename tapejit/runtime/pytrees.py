@@ -254,3 +254,148 @@ class TreeGradient:
 
     def __repr__(self) -> str:
         return f"<TreeGradient of {getattr(self.fn, '__name__', 'f')} wrt argnums={self._argnums!r}>"
+
+
+class Raveled:
+    """A function of pytrees as a function of one flat vector: the leaves of the arguments
+    ``argnums`` concatenated (``vec``), the other arguments' leaves after it, and the output's
+    leaves concatenated into one vector. How the transformations (:func:`tapejit.jvp`,
+    :func:`tapejit.vjp`, :func:`tapejit.jacobian`, :func:`tapejit.hessian`, :func:`tapejit.hvp`)
+    take pytrees: the compiled program sees arrays only, and :meth:`blocks` / :meth:`unravel`
+    rebuild the results in the arguments' and the output's structures (JAX's nesting: output
+    structure outside, argument structure inside)."""
+
+    def __init__(self, f: Callable, args: Sequence[Any], argnums: int | Sequence[int]):
+        import inspect
+
+        try:
+            params = list(inspect.signature(f).parameters)
+        except (TypeError, ValueError):
+            params = []
+        names = [params[i] if i < len(params) else f"args[{i}]" for i in range(len(args))]
+        self.f, self.st = f, _Structure(args, names)
+        self.single = isinstance(argnums, int)
+        nums = (argnums,) if self.single else tuple(argnums)
+        self.nums = tuple(a % len(args) for a in nums)
+        self.inside = [k for i in self.nums for k in self.st.positions(i)]
+        self.outside = [k for k in range(len(self.st.leaves)) if k not in self.inside]
+        self.sizes = [int(np.prod(self.st.shapes[k], dtype=np.int64)) for k in self.inside]
+        self.out_def: Any = None
+        self.out_shapes: list[tuple[int, ...]] = []
+        self.__name__ = getattr(f, "__name__", "f")
+
+    def vector(self, args: Sequence[Any]) -> tuple[np.ndarray, list]:
+        """``(vec, other leaves)`` of ``args`` (checked against the compiled structure)."""
+        leaves = self.st.flatten(args)
+        vec = np.concatenate(
+            [np.reshape(np.asarray(leaves[k], dtype=np.float64), -1) for k in self.inside]
+        ) if self.inside else np.zeros(0)
+        return vec, [leaves[k] for k in self.outside]
+
+    def __call__(self, vec: Any, *others: Any) -> Any:
+        """The flat function (traced): unravel, call ``f``, ravel the output."""
+        ot = optree()
+        leaves: list = [None] * len(self.st.leaves)
+        off = 0
+        for k, n in zip(self.inside, self.sizes):
+            leaves[k] = vec[off : off + n].reshape(self.st.shapes[k])
+            off += n
+        for k, leaf in zip(self.outside, others):
+            leaves[k] = leaf
+        args, pos = [], 0
+        for i in range(len(self.st.treedefs)):
+            n = len(self.st.positions(i))
+            args.append(self.st.unflatten(i, leaves[pos : pos + n]))
+            pos += n
+        out = self.f(*args)
+        out_leaves, self.out_def = ot.tree_flatten(out, none_is_leaf=False)
+        self.out_shapes = [tuple(np.shape(y)) for y in out_leaves]
+        if self.out_shapes == [()]:  # a scalar (a loss): kept scalar for grad/hvp/hessian
+            return out_leaves[0]
+        return np.concatenate([np.reshape(y, -1) for y in out_leaves])
+
+    def _split(self, vec: np.ndarray, shapes: Sequence[tuple]) -> list:
+        vec = np.reshape(vec, -1)
+        out, off = [], 0
+        for s in shapes:
+            n = int(np.prod(s, dtype=np.int64))
+            piece = vec[off : off + n].reshape(s)
+            out.append(float(piece) if s == () else piece)
+            off += n
+        return out
+
+    def unravel_output(self, vec: np.ndarray) -> Any:
+        return optree().tree_unflatten(self.out_def, self._split(vec, self.out_shapes))
+
+    def unravel_args(self, vec: np.ndarray) -> Any:
+        """A vector over the ``argnums`` leaves as their trees (one tree, or a tuple)."""
+        pieces = self._split(vec, [self.st.shapes[k] for k in self.inside])
+        trees, off = [], 0
+        for i in self.nums:
+            n = len(self.st.positions(i))
+            trees.append(self.st.unflatten(i, pieces[off : off + n]))
+            off += n
+        return trees[0] if self.single else tuple(trees)
+
+    def ravel_like_output(self, tree: Any, what: str) -> np.ndarray:
+        leaves, got = optree().tree_flatten(tree, none_is_leaf=False)
+        if got != self.out_def:
+            raise ValueError(f"{what}: the structure {got} differs from the output's {self.out_def}")
+        for k, (leaf, s) in enumerate(zip(leaves, self.out_shapes)):
+            if not is_array_like(leaf) or np.shape(leaf) != s:
+                got_s = np.shape(leaf) if is_array_like(leaf) else type(leaf).__name__
+                raise ValueError(f"{what}: leaf {k} must have shape {s}, got {got_s}")
+        return np.concatenate([np.reshape(np.asarray(x, dtype=np.float64), -1) for x in leaves])
+
+    def ravel_like_args(self, tree: Any, what: str) -> np.ndarray:
+        trees = (tree,) if self.single else tuple(tree)
+        return self.vector_of(trees, what)
+
+    def vector_of(self, trees: Sequence[Any], what: str) -> np.ndarray:
+        ot = optree()
+        out = []
+        for i, t in zip(self.nums, trees):
+            leaves, got = ot.tree_flatten(t, none_is_leaf=True)
+            if got != self.st.treedefs[i]:
+                raise ValueError(
+                    f"{what}: the structure {got} differs from argument {i}'s {self.st.treedefs[i]}"
+                )
+            for leaf, k in zip(leaves, self.st.positions(i)):
+                if not is_array_like(leaf) or np.shape(leaf) != self.st.shapes[k]:
+                    got_s = np.shape(leaf) if is_array_like(leaf) else type(leaf).__name__
+                    raise ValueError(
+                        f"{what}: {self.st.paths[k]} must have shape {self.st.shapes[k]}, got {got_s}"
+                    )
+                out.append(np.reshape(np.asarray(leaf, dtype=np.float64), -1))
+        return np.concatenate(out) if out else np.zeros(0)
+
+    def blocks(self, J: np.ndarray, rows: str = "output") -> Any:
+        """Split a matrix over (output or argument leaves) x (argument leaves) into JAX's
+        nesting: ``rows`` structure outside, the arguments' structure inside."""
+        ot = optree()
+        in_shapes = [self.st.shapes[k] for k in self.inside]
+        if rows == "output":
+            row_shapes, row_def = self.out_shapes, self.out_def
+        else:
+            row_shapes, row_def = in_shapes, None
+        result_rows, r0 = [], 0
+        for rs in row_shapes:
+            m = int(np.prod(rs, dtype=np.int64))
+            cols, c0 = [], 0
+            for cs in in_shapes:
+                n = int(np.prod(cs, dtype=np.int64))
+                cols.append(J[r0 : r0 + m, c0 : c0 + n].reshape(tuple(rs) + tuple(cs)))
+                c0 += n
+            result_rows.append(self._group_args(cols))
+            r0 += m
+        if row_def is not None:
+            return ot.tree_unflatten(row_def, result_rows)
+        return self._group_args(result_rows)
+
+    def _group_args(self, per_leaf: list) -> Any:
+        trees, off = [], 0
+        for i in self.nums:
+            n = len(self.st.positions(i))
+            trees.append(self.st.unflatten(i, per_leaf[off : off + n]))
+            off += n
+        return trees[0] if self.single else tuple(trees)
