@@ -95,11 +95,12 @@ class Signature:
         return [ptrs, out_ptrs]
 
     def same_call(self, args: tuple, outs: tuple, last: tuple) -> bool:
-        """Whether ``args``/``outs`` are the objects of the validated call ``last`` and still
-        valid (only what can change in place is re-checked: shape, dtype, layout, writeable)."""
+        """Whether ``args``/``outs`` are the objects of the validated call ``last`` — ``(args,
+        outs, pointers, the arguments' shapes then)`` — and still valid (only what can change in
+        place is re-checked: shape, dtype, layout, writeable)."""
         if len(args) != len(last[0]) or len(outs) != len(last[1]):
             return False
-        for a, b, shape in zip(args, last[0], self.shapes):
+        for a, b, shape in zip(args, last[0], last[3]):
             if a is not b:
                 return False
             if type(a) is np.ndarray and not (

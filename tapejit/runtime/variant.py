@@ -160,7 +160,7 @@ class Variant:
         self._batch_workspaces: list[_Buffers] = []
         # The last fully validated call with out=: (args, outs, pointers). A repeat call with the
         # same objects re-checks only what can change in place (shape, dtype, layout, writeable).
-        self._last: tuple[tuple, tuple, list] | None = None
+        self._last: tuple[tuple, tuple, list, tuple] | None = None
         self.stats = stats
 
     def link(self, nxt: "Variant | None") -> None:
@@ -188,7 +188,7 @@ class Variant:
                 ptrs = last[2]
             else:
                 ptrs = sig.pointers(args, outs)
-                self._last = (args, outs, ptrs)
+                self._last = (args, outs, ptrs, tuple(np.shape(a) for a in args))
         else:
             outs = sig.new_outs()
             ptrs = sig.pointers(args, outs)
