@@ -116,3 +116,69 @@ def test_rnn_numpy_bptt(benchmark, T):
     tag(benchmark, RNN, f"T={T}", "numpy BPTT (hand)")
     p = RNG.normal(size=H * H + H * D + H) * 0.25
     benchmark(bptt, p, RNG.normal(size=(T, D + 1)))
+
+
+RNN_C = r"""
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#define H 16
+#define D 4
+/* Hand-written BPTT of the RNN loss; hs and es are caller-provided scratch of T+1 rows and T. */
+double rnn_grad(const double *p, const double *seq, int64_t T, double *g, double *hs, double *es) {
+    const double *W = p, *U = p + H * H, *v = p + H * H + H * D;
+    double *gW = g, *gU = g + H * H, *gv = g + H * H + H * D;
+    memset(g, 0, sizeof(double) * (H * H + H * D + H));
+    memset(hs, 0, sizeof(double) * H);
+    double loss = 0.0;
+    for (int64_t t = 0; t < T; t++) {
+        const double *x = seq + t * (D + 1), *h = hs + t * H;
+        double *hn = hs + (t + 1) * H, e = -x[D];
+        for (int i = 0; i < H; i++) {
+            double a = 0.0;
+            for (int j = 0; j < H; j++) a += W[i * H + j] * h[j];
+            for (int j = 0; j < D; j++) a += U[i * D + j] * x[j];
+            hn[i] = tanh(a);
+            e += v[i] * hn[i];
+        }
+        es[t] = e;
+        loss += e * e;
+    }
+    double dh_next[H] = {0}, dh[H], da[H];
+    for (int64_t t = T - 1; t >= 0; t--) {
+        const double *x = seq + t * (D + 1), *h = hs + t * H, *hn = hs + (t + 1) * H;
+        for (int i = 0; i < H; i++) {
+            dh[i] = 2.0 * es[t] * v[i] + dh_next[i];
+            gv[i] += 2.0 * es[t] * hn[i];
+            da[i] = dh[i] * (1.0 - hn[i] * hn[i]);
+        }
+        for (int i = 0; i < H; i++) {
+            for (int j = 0; j < H; j++) gW[i * H + j] += da[i] * h[j];
+            for (int j = 0; j < D; j++) gU[i * D + j] += da[i] * x[j];
+        }
+        for (int j = 0; j < H; j++) {
+            double s = 0.0;
+            for (int i = 0; i < H; i++) s += W[i * H + j] * da[i];
+            dh_next[j] = s;
+        }
+    }
+    return loss;
+}
+"""
+RNN_CDEF = "double rnn_grad(const double *p, const double *seq, int64_t T, double *g, double *hs, double *es);"
+
+
+@pytest.mark.parametrize("T", [10, 100, 1000])
+def test_rnn_c(benchmark, cc, T):
+    """Reference: hand-written C BPTT (gcc -O3 -march=native -ffast-math) through cffi."""
+    from benchutil import FAST_MATH
+
+    lib = cc.build(RNN_C, RNN_CDEF, FAST_MATH)
+    p = RNG.normal(size=H * H + H * D + H) * 0.25
+    seq = RNG.normal(size=(T, D + 1))
+    g, hs, es = np.empty_like(p), np.empty((T + 1, H)), np.empty(T)
+    args = (cc.ptr(p), cc.ptr(seq), T, cc.ptr(g), cc.ptr(hs), cc.ptr(es))
+    lib.rnn_grad(*args)
+    np.testing.assert_allclose(g, bptt(p, seq)[1], rtol=1e-9, atol=1e-12)
+    tag(benchmark, RNN, f"T={T}", "C BPTT (hand, -ffast-math)")
+    benchmark(lib.rnn_grad, *args)

@@ -98,7 +98,10 @@ class Spec:
     ``arg_shapes``: shape of each runtime argument; ``grad_shapes``: shape of each gradient
     output; ``tuple_out``: gradients are a tuple; ``n_consts``: captured constants the kernel
     takes after the runtime arguments; ``release_gil``: release the GIL around the kernel (for
-    kernels whose work dwarfs the ~0.1 µs it costs, see :data:`GIL_RELEASE_WORK`).
+    kernels whose work dwarfs the ~0.1 µs it costs, see :data:`GIL_RELEASE_WORK`);
+    ``dynamic``: arguments of dynamic length — any number of rows from 1 to the compiled
+    capacity ``arg_shapes[i][0]``; the kernel takes each one's length as a pointer to a double
+    after the arguments (a longer one takes the Python path, which compiles for it).
     """
 
     arg_shapes: tuple[tuple[int, ...], ...]
@@ -107,6 +110,7 @@ class Spec:
     n_consts: int
     release_gil: bool = False
     uses_workspace: bool = True
+    dynamic: tuple[int, ...] = ()  # arguments whose leading axis may be 1..arg_shapes[i][0]
 
     @property
     def slots(self) -> int:
@@ -376,7 +380,7 @@ def _arguments(t: _Builder, spec: Spec, args: ir.Value, nargs: ir.Value) -> tupl
     """Check the positional arguments; their data pointers and address ranges."""
     b = t.b
     t.require(b.icmp_signed("==", nargs, I64(len(spec.arg_shapes))))
-    in_ptrs, ranges = [], []
+    in_ptrs, ranges, lengths = [], [], []
     for i, shape in enumerate(spec.arg_shapes):
         obj = b.load(b.gep(args, [I64(i)], inbounds=True))
         if shape == ():
@@ -399,11 +403,45 @@ def _arguments(t: _Builder, spec: Spec, args: ir.Value, nargs: ir.Value) -> tupl
             in_ptrs.append(p)
             p8 = b.bitcast(p, I8P)  # a 0-d array may be a view into an output, too
             ranges.append((p8, b.gep(p8, [I64(8)])))
+        elif i in spec.dynamic:
+            p, end, rows = _dynamic_array(t, obj, shape)
+            in_ptrs.append(p)
+            ranges.append((b.bitcast(p, I8P), end))
+            lengths.append(rows)
         else:
             p, end = t.array(obj, shape, NPY_C_CONTIGUOUS | NPY_ALIGNED)
             in_ptrs.append(p)
             ranges.append((b.bitcast(p, I8P), end))
+    for rows in lengths:  # the hidden length inputs, after the arguments (as doubles)
+        slot = t.local(F64)
+        b.store(b.sitofp(rows, F64), slot)
+        in_ptrs.append(slot)
     return in_ptrs, ranges
+
+
+def _dynamic_array(t: _Builder, obj: ir.Value, shape: tuple[int, ...]) -> tuple:
+    """Check ``obj`` is an exact C-contiguous aligned float64 ndarray of shape ``(rows,
+    *shape[1:])`` with ``1 <= rows <= shape[0]``; returns its data pointer, end address and
+    ``rows`` (i64)."""
+    b = t.b
+    flags = NPY_C_CONTIGUOUS | NPY_ALIGNED
+    t.require(t.is_type(obj, "ndarray"))
+    ok = b.icmp_unsigned("==", t.field(obj, ARR_DESCR, I8P), t.env("float64"))
+    ok = b.and_(ok, b.icmp_signed("==", t.field(obj, ARR_ND, I32), I32(len(shape))))
+    got = t.field(obj, ARR_FLAGS, I32)
+    ok = b.and_(ok, b.icmp_unsigned("==", b.and_(got, I32(flags)), I32(flags)))
+    t.require(ok)
+    dims = t.field(obj, ARR_DIMS, I64.as_pointer())
+    rows = b.load(b.gep(dims, [I64(0)], inbounds=True))
+    ok = b.and_(b.icmp_signed(">=", rows, I64(1)), b.icmp_signed("<=", rows, I64(shape[0])))
+    for k, d in enumerate(shape[1:], start=1):
+        dk = b.load(b.gep(dims, [I64(k)], inbounds=True))
+        ok = b.and_(ok, b.icmp_signed("==", dk, I64(d)))
+    t.require(ok)
+    data = t.field(obj, ARR_DATA, I8P)
+    row_bytes = 8 * int(np.prod(shape[1:], dtype=np.int64))
+    end = b.gep(data, [b.mul(rows, I64(row_bytes))])
+    return b.bitcast(data, F64.as_pointer()), end, rows
 
 
 def _run(
@@ -418,7 +456,7 @@ def _run(
     workspace. The value output lives on this function's stack (each thread has its own).
     """
     b = t.b
-    n = len(spec.arg_shapes)
+    n = len(in_ptrs)  # the arguments, then the hidden lengths of dynamic ones
     kernel = t.kernel
     kty = kernel.function_type.args
     value_ptr = t.local(F64)

@@ -142,12 +142,14 @@ def build(
     entries: bool,
     keep_object: bool,
     progress: Progress | None = None,
+    dynamic: tuple[int, ...] = (),
 ) -> Built:
     """Lower ``stages.plan`` to LLVM as function ``symbol`` and compile it.
 
     ``tuple_result``: the outputs after the value are returned as a tuple.
-    ``entries``: also build the fast-call trampoline (when this CPython's layout allows it) and
-    the batch entry. ``keep_object``: keep the object code (for the on-disk cache).
+    ``entries``: also build the fast-call trampolines (when this CPython's layout allows it) and,
+    unless some arguments have a dynamic length (``dynamic``: their positions), the batch
+    entry. ``keep_object``: keep the object code (for the on-disk cache).
     """
     if progress:
         progress.step("lower", f"{len(stages.plan.kernels)} kernels")
@@ -166,10 +168,17 @@ def build(
         if _fastcall.layout_ok():
             release = prog.stats["work"] >= _fastcall.GIL_RELEASE_WORK
             spec = _fastcall.Spec(
-                shapes, grad_shapes, tuple_result, len(consts), release, workspace_bytes > 0
+                shapes[: len(shapes) - len(dynamic)],  # (the hidden lengths are not arguments)
+                grad_shapes,
+                tuple_result,
+                len(consts),
+                release,
+                workspace_bytes > 0,
+                dynamic,
             )
             _fastcall.add_trampolines(module, symbol, spec, symbol + "_fast")
             fast = {"fast_slots": spec.slots, "releases_gil": release}
+    if entries and not dynamic:
         _batch.add_batch_entry(
             module,
             symbol,
@@ -257,6 +266,7 @@ def load_or_build(
     cache: ObjectCache | None,
     progress: Progress | None = None,
     program: bool = False,
+    dynamic: tuple[int, ...] = (),
 ) -> tuple[Built, Front | None, dict[str, float], bool]:
     """``trace`` compiled, or loaded from ``cache``: ``(built, front stages or None on a cache
     hit, timings, hit)``. The cache key is :func:`fingerprint` with ``argnums``, the
@@ -280,7 +290,9 @@ def load_or_build(
             log.debug("%s: on-disk cache hit %s", trace.name, key[:12])
             return built, None, timings, True
     stages = front(trace, argnums, progress, program)
-    built = build(stages, symbol_of(trace), tuple_result, entries, cache is not None, progress)
+    built = build(
+        stages, symbol_of(trace), tuple_result, entries, cache is not None, progress, dynamic
+    )
     timings.update(stages.timings)
     timings.update(built.lib.timings)
     if cache is not None:

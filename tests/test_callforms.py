@@ -197,3 +197,35 @@ def test_chains_survive_dropped_specialisations():
                 np.testing.assert_allclose(g(x), _ref(x), rtol=1e-14)
                 gc.collect()
     assert len(g.specialisations) == 2
+
+
+def test_dynamic_length_arguments_take_the_native_path():
+    """A sequence whose length changes between calls is checked natively (1 <= rows <= the
+    compiled capacity, the other axes exact) and passed with its length; a longer one takes the
+    Python path, which compiles for it."""
+
+    def loss(p, seq):
+        def step(h, row):
+            return np.tanh(p * h + row), None
+
+        h, _ = tj.scan(step, np.zeros(3), seq)
+        return np.sum(h * h)
+
+    p = RNG.random(3)
+    g = tj.compile(loss, p, RNG.random((5, 3)), dynamic_argnums=1, cache=False)
+    entry, vg = _native(g)
+    slow = g._dispatcher.current
+    for T in (1, 7, 40):
+        s = RNG.random((T, 3))
+        np.testing.assert_array_equal(entry(p, s), slow(p, s))
+        v, gr = vg(p, s)
+        assert v == slow.value_and_grad(p, s)[0]
+    with pytest.raises(ValueError, match=r"argument 1 must have shape \(n, 3\)"):
+        g(p, RNG.random((4, 2)))
+    with pytest.raises(ValueError, match="n >= 1"):
+        g(p, np.zeros((0, 3)))
+    cap = g._primary.signature.dynamic[1]
+    long = RNG.random((cap + 5, 3))
+    want = tj.compile(loss, p, long, cache=False)(p, long)  # a fixed-length compile of it
+    np.testing.assert_allclose(g(p, long), want, rtol=1e-13)
+    assert g._dispatcher.compiles == 2  # grown once, for the longer sequence

@@ -10,11 +10,13 @@ Native entries of a variant (all in one code library, which the variant keeps al
 code after its engine is collected crashes):
 
 - the kernel, through cffi (``_native``): the Python call path, which releases the GIL;
-- the ``METH_FASTCALL`` trampoline (:mod:`tapejit.codegen.fastcall`), when this CPython's object
-  layout allows it and no argument has a dynamic length: :attr:`Variant.entry`, what the public
-  function's vectorcall reaches; it falls back to :meth:`Variant.__call__` for anything that is
-  not exactly as compiled;
-- the batch entry (:mod:`tapejit.codegen.batch`): rows ``[begin, end)`` per call.
+- the ``METH_FASTCALL`` trampolines (:mod:`tapejit.codegen.fastcall`), when this CPython's
+  object layout allows it: :attr:`Variant.entry` (what the public function's vectorcall
+  reaches) and :attr:`Variant.vg_entry`; they fall back to :meth:`Variant.__call__` /
+  :meth:`Variant.value_and_grad` for anything that is not exactly as compiled (a dynamic-length
+  argument longer than its capacity included);
+- the batch entry (:mod:`tapejit.codegen.batch`), unless an argument has a dynamic length: rows
+  ``[begin, end)`` per call.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ class Variant:
         self.entry: Callable = self.__call__
         self.vg_entry: Callable = self.value_and_grad
         self._env: int | None = None  # the fast path's environment table
-        if _FAST and not signature.dynamic:
+        if _FAST and "fast_slots" in stats:
             # the fast path's workspaces (one per slot; see tapejit.codegen.fastcall)
             self._fast_buffers = [_Buffers(nbytes) for _ in range(stats["fast_slots"])]
             fast = built.symbol + "_fast"
@@ -341,7 +343,7 @@ def _bind(
     """``trace`` compiled (or loaded from ``cache``) and bound as a :class:`Variant`
     (``program``: a transformation's program, run as it is, not differentiated)."""
     built, front, timings, hit = pipeline.load_or_build(
-        trace, argnums, tuple_result, not dynamic, cache, progress, program
+        trace, argnums, tuple_result, True, cache, progress, program, tuple(sorted(dynamic))
     )
     if progress:
         progress.step("bind", "cache hit" if hit else "compiled")
