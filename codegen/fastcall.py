@@ -232,12 +232,7 @@ class _Builder:
         """Check ``obj`` is an exact float64 ndarray of ``shape`` with ``flags``; returns its data
         pointer and its end address (for overlap checks)."""
         b = self.b
-        self.require(self.is_type(obj, "ndarray"))
-        ok = b.icmp_unsigned("==", self.field(obj, ARR_DESCR, I8P), self.env("float64"))
-        ok = b.and_(ok, b.icmp_signed("==", self.field(obj, ARR_ND, I32), I32(len(shape))))
-        got = self.field(obj, ARR_FLAGS, I32)
-        ok = b.and_(ok, b.icmp_unsigned("==", b.and_(got, I32(flags)), I32(flags)))
-        self.require(ok)
+        self.array_header(obj, len(shape), flags)
         if shape:
             dims = self.field(obj, ARR_DIMS, I64.as_pointer())
             ok = ir.Constant(ir.IntType(1), 1)
@@ -254,6 +249,17 @@ class _Builder:
         register or a fixed frame slot)."""
         with self.b.goto_entry_block():
             return self.b.alloca(ty)
+
+    def array_header(self, obj: ir.Value, ndim: int, flags: int) -> None:
+        """Check ``obj`` is an exact ndarray with the canonical float64 descriptor, ``ndim``
+        dimensions and ``flags`` set (else the slow path)."""
+        b = self.b
+        self.require(self.is_type(obj, "ndarray"))
+        ok = b.icmp_unsigned("==", self.field(obj, ARR_DESCR, I8P), self.env("float64"))
+        ok = b.and_(ok, b.icmp_signed("==", self.field(obj, ARR_ND, I32), I32(ndim)))
+        got = self.field(obj, ARR_FLAGS, I32)
+        ok = b.and_(ok, b.icmp_unsigned("==", b.and_(got, I32(flags)), I32(flags)))
+        self.require(ok)
 
     def null(self, v: ir.Value) -> ir.Value:
         return self.b.icmp_unsigned("==", v, ir.Constant(I8P, None))
@@ -424,13 +430,7 @@ def _dynamic_array(t: _Builder, obj: ir.Value, shape: tuple[int, ...]) -> tuple:
     *shape[1:])`` with ``1 <= rows <= shape[0]``; returns its data pointer, end address and
     ``rows`` (i64)."""
     b = t.b
-    flags = NPY_C_CONTIGUOUS | NPY_ALIGNED
-    t.require(t.is_type(obj, "ndarray"))
-    ok = b.icmp_unsigned("==", t.field(obj, ARR_DESCR, I8P), t.env("float64"))
-    ok = b.and_(ok, b.icmp_signed("==", t.field(obj, ARR_ND, I32), I32(len(shape))))
-    got = t.field(obj, ARR_FLAGS, I32)
-    ok = b.and_(ok, b.icmp_unsigned("==", b.and_(got, I32(flags)), I32(flags)))
-    t.require(ok)
+    t.array_header(obj, len(shape), NPY_C_CONTIGUOUS | NPY_ALIGNED)
     dims = t.field(obj, ARR_DIMS, I64.as_pointer())
     rows = b.load(b.gep(dims, [I64(0)], inbounds=True))
     ok = b.and_(b.icmp_signed(">=", rows, I64(1)), b.icmp_signed("<=", rows, I64(shape[0])))
