@@ -168,6 +168,48 @@ def _logu(rng, lo, hi, sign=1.0):
     return lambda: (sign * 10.0 ** rng.uniform(lo, hi, N), None)
 
 
+def _reflection_terms(op: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(f(x), scale) for x < 0 from the reflection formula's two terms, evaluated with scipy at
+    positive arguments (accurate there) and numpy: digamma(x) = psi(1 - x) - pi cot(pi x),
+    gammaln(x) = log(pi / |x sin(pi x)|) - gammaln(-x); scale = the larger term's magnitude.
+    Near a zero of f the terms cancel: the implementations are accurate to ~1 ulp of ``scale``
+    there (:func:`test_reflection_absolute_error`), not relatively."""
+    import scipy.special as sp
+
+    t = x - np.rint(x)  # exact: pi x itself would be rounded (garbage for large |x|)
+    with np.errstate(all="ignore"):
+        if op == "digamma":
+            a, c = sp.digamma(1.0 - x), np.pi / np.tan(np.pi * t)
+        else:
+            a, c = np.log(np.pi / np.abs(x * np.sin(np.pi * t))), sp.gammaln(-x)
+    return a - c, np.maximum(np.abs(a), np.abs(c))
+
+
+#: the documented domains for x < 0 keep the points where |f(x)| >= scale / REFLECT_MARGIN
+REFLECT_MARGIN = 16.0
+
+
+def _reflect_sample(rng, op: str, kind: str, lo: float, hi: float) -> np.ndarray:
+    """N points x < 0 with |f(x)| >= scale(x) / REFLECT_MARGIN (rejection sampling): uniform on
+    [lo, hi] (kind "reflect"), magnitudes log-uniform in 10^lo..10^hi ("reflect-log"), or at
+    log-uniform distances 10^lo..10^hi from the poles -1..-50 ("reflect-poles"); the poles
+    themselves (integers) are left out."""
+    pytest.importorskip("scipy.special")
+    out = np.empty(0)
+    while out.size < N:
+        if kind == "reflect-poles":
+            off = rng.choice([-1.0, 1.0], 2 * N) * 10.0 ** rng.uniform(lo, hi, 2 * N)
+            x = -rng.integers(1, 51, 2 * N) + off
+        elif kind == "reflect-log":
+            x = -(10.0 ** rng.uniform(lo, hi, 2 * N))
+        else:
+            x = rng.uniform(lo, hi, 2 * N)
+        f, scale = _reflection_terms(op, x)
+        keep = (x < 0) & (x != np.rint(x)) & (np.abs(f) * REFLECT_MARGIN >= scale)
+        out = np.concatenate([out, x[keep]])
+    return out[:N]
+
+
 def _ranges():
     rng = np.random.default_rng(20240611)
     u = lambda lo, hi: _u(rng, lo, hi)
@@ -196,19 +238,24 @@ def _ranges():
         "subnormal x and results": pow_subnormal,
     }
 
-    def sampler(label, kind, lo, hi):
+    def sampler(op, label, kind, lo, hi):
         if kind == "pow":
             return pow_samplers[label]
         if kind == "atan2":  # (y, x) uniform in the square
             return lambda: (rng.uniform(lo, hi, N), rng.uniform(lo, hi, N))
         if kind == "uniform":
             return u(lo, hi)
+        if kind == "near":  # c (1 +- 10^u), u in [-18, hi]: down to the doubles next to c = lo
+            return lambda: (lo * (1 + rng.choice([-1.0, 1.0], N) * 10.0 ** rng.uniform(-18, hi, N)),
+                            None)
+        if kind.startswith("reflect"):  # x < 0 away from the zeros of the reflection formula
+            return lambda: (_reflect_sample(rng, op, kind, lo, hi), None)
         return _logu(rng, lo, hi, -1.0 if kind == "-log" else 1.0)
 
     # (op, label, sampler, max ulps vs numpy, max ulps vs long double): the contract each
     # MATH row of codegen/mathlib.py states
     return [
-        (op, label, sampler(label, kind, lo, hi), row.ulp, row.ulp_ld)
+        (op, label, sampler(op, label, kind, lo, hi), row.ulp, row.ulp_ld)
         for op, row in mathlib.MATH.items()
         if row.body is not None
         for label, kind, lo, hi in row.domains
@@ -225,22 +272,20 @@ def test_accuracy(lib, op, label, sample, bound_np, bound_ld):
     """Max error per range: vs numpy in whole ulps, vs long double in fractional ulps."""
     x, y = sample()
     got = lib(op, x, y)
-    want = _ref(op, x, y)
-    err = ulps(got, want)
-    worst = int(np.argmax(err))
-    assert err.max() <= bound_np, (op, label, x[worst], got[worst], want[worst], err.max())
+    if op not in MPMATH_WHOLE_ULP:
+        want = _ref(op, x, y)
+        err = ulps(got, want)
+        worst = int(np.argmax(err))
+        assert err.max() <= bound_np, (op, label, x[worst], got[worst], want[worst], err.max())
     if op in MPMATH_REFERENCE:
-        # no long-double erf in numpy: 2^12 of the points against mpmath at 40 digits
-        mpmath = pytest.importorskip("mpmath")
-        mpmath.mp.dps = 40
-        fn = {"gammaln": lambda v: mpmath.log(abs(mpmath.gamma(v)))}.get(op) or getattr(mpmath, op)
+        # no long-double erf in numpy: 2^12 of the points against mpmath at 50 digits
         pick = np.random.default_rng(1).choice(x.size, 4096, replace=False)
-        ref = np.array([float(fn(mpmath.mpf(float(v)))) for v in x[pick]])
-        exact = np.array([fn(mpmath.mpf(float(v))) for v in x[pick]], dtype=object)
-        fin = np.isfinite(ref) & (ref != 0)
-        e = np.array([abs(float((mpmath.mpf(float(g)) - r) / np.spacing(float(f))))
-                      for g, r, f in zip(got[pick][fin], exact[fin], ref[fin])])  # fmt: skip
-        assert e.max() <= bound_ld, (op, label, e.max())
+        e, exact = _mpmath_errors(op, x[pick], got[pick])
+        worst = int(np.nanargmax(e))
+        assert np.nanmax(e) <= bound_ld, (op, label, x[pick][worst], e[worst])
+        if op in MPMATH_WHOLE_ULP:  # whole ulps from the correctly rounded value
+            err = ulps(got[pick], np.array([float(r) for r in exact]))
+            assert err.max() <= bound_np, (op, label, x[pick][int(np.argmax(err))], err.max())
     elif HAS_LD:
         ref = _ref(op, x, y, LD)
         fin = np.isfinite(want) & (want != 0)
@@ -250,6 +295,40 @@ def test_accuracy(lib, op, label, sample, bound_np, bound_ld):
 
 #: Ops whose fractional-ulp reference is mpmath (numpy has no long-double version of them).
 MPMATH_REFERENCE = ("erf", "erfc", "gammaln", "digamma")
+#: ... and whose whole-ulp bound (``Math.ulp``) is against the correctly rounded value too:
+#: scipy's gammaln/digamma are no reference (10^6 ulp off near gammaln's zeros 1 and 2, 10^11
+#: next to digamma's negative poles, 20 at gammaln(0.9)).
+MPMATH_WHOLE_ULP = ("gammaln", "digamma")
+
+
+def _mpmath_fn(op: str):
+    mpmath = pytest.importorskip("mpmath")
+
+    def gammaln(v):
+        if v <= 0 and v == mpmath.floor(v):
+            return mpmath.inf
+        return mpmath.loggamma(v) if v > 0 else mpmath.log(abs(mpmath.gamma(v)))
+
+    def digamma(v):
+        return mpmath.nan if v <= 0 and v == mpmath.floor(v) else mpmath.digamma(v)
+
+    return {"gammaln": gammaln, "digamma": digamma}.get(op) or getattr(mpmath, op)
+
+
+def _mpmath_errors(op: str, x: np.ndarray, got: np.ndarray) -> tuple[np.ndarray, list]:
+    """(|got - f(x)| in ulps of the double nearest f(x), NaN where f is 0 or not finite; the
+    exact values) with f evaluated by mpmath at 50 digits."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.dps = 50
+    fn = _mpmath_fn(op)
+    exact = [fn(mpmath.mpf(float(v))) for v in x]
+    e = np.full(x.size, np.nan)
+    for i, (g, r) in enumerate(zip(got, exact)):
+        f = float(r) if mpmath.isfinite(r) else np.inf
+        if np.isfinite(f) and f != 0:
+            e[i] = abs(float((mpmath.mpf(float(g)) - r) / np.spacing(f)))
+    return e, exact
+
 
 SPECIAL = {
     "exp": [0.0, -0.0, np.inf, -np.inf, np.nan, 709.782712893384, 709.7827128933841,
@@ -271,10 +350,19 @@ SPECIAL = {
             -0.84374999, 1.25, 2.857142857142857, 6.0, -6.0, 28.0, 1e300],
     "erfc": [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e-300, 0.25, 0.84375, -0.84374999,
              1.25, -1.25, 2.857142857142857, 6.0, -6.0, 26.0, 28.0, -28.0, 1e300],
+    # gammaln/digamma: finite nonzero values against mpmath (scipy is off by up to 20 ulp at
+    # gammaln(0.9), 11 at gammaln(-2.5)); the range edges of the implementation (0.9, 2, 3,
+    # PSI_SPLIT, 2^-54), the zeros, values next to the poles, overflow (2.56e305)
     "gammaln": [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, -1e-300, 1.0, 2.0, -1.0,
-                -2.5, 0.5, 8.0, 1e300, -1e300],
+                -2.5, 0.5, 8.0, 1e300, -1e300, 0.9, 0.8999999999999999, 3.0, 2.9999999999999996,
+                1 + 2**-52, 1 - 2**-53, 2 + 2**-51, 2 - 2**-52, 2.0**-54, -(2.0**-54),
+                -(2.0**-54) * (1 + 2**-52), 1.7976931348623157e308, 2.5e305, 2.56e305,
+                -3 + 2**-51, -3 - 2**-51, -0.5, -4503599627370495.5, -(2.0**52) - 2, 1e-17, 3e-3],
     "digamma": [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-300, -1e-300, 1.0, 2.0, -1.0, -2.5, 0.5,
-                10.0, 1e300, -1e300],
+                10.0, 1e300, -1e300, 5e-324, -5e-324, 1e-310, 1.4616321449683622,
+                1.4616321449683624, 1.461632144968362, 2.4616, 2.4615999999999998, 1 - 2**-53,
+                -0.5, -3 + 2**-51, -3 - 2**-51, -4503599627370495.5, -(2.0**52) - 2,
+                1.7976931348623157e308, -1e-17],
     "arctan": [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 1e-300, 0.66, 0.6600000001,
                2.414213562373095, 2.4142135623730954, 1.0, -1.0, 1e300, -1e300],
 }  # fmt: skip
@@ -299,10 +387,56 @@ def test_special_values(lib, op):
     if op in ("sin", "cos"):
         want = np.where(np.abs(x) > mathlib.TRIG_MAX, np.nan, want)
     bound = max(r[3] for r in RANGES if r[0] == op)
+    if op in MPMATH_WHOLE_ULP:  # inf/NaN/0 as scipy, the finite values against mpmath
+        e, exact = _mpmath_errors(op, x, lib(op, x))
+        assert np.nanmax(e) <= mathlib.MATH[op].ulp_ld, list(zip(x, e))
+        want = np.where(np.isfinite(want) & (want != 0), [float(r) for r in exact], want)
     _check_special(lib, op, x, None, want, bound)
     # the out-of-line scalar copy agrees bit for bit with the vectorised loop
     scalar = np.array([lib.scalars[op](v, 0.0) for v in x])
     assert ulps(scalar, lib(op, x)).max() == 0
+
+
+#: gammaln/digamma for x < 0: absolute error in ulps of the larger reflection term (the contract
+#: near the zeros of the result, where the relative error is unbounded)
+REFLECT_ABS_ULP = 1.0
+
+
+@pytest.mark.parametrize("op", ["gammaln", "digamma"])
+def test_reflection_absolute_error(lib, op):
+    """x < 0 including the zeros of gammaln (two per unit interval below -2) and digamma (one per
+    interval): the points next to each zero in (-20, 0) (found by bracketing, refined by mpmath)
+    and random ones: |error| <= REFLECT_ABS_ULP ulp of the largest of |f(x)| and the magnitudes
+    of the reflection formula's two terms (:func:`_reflection_terms`)."""
+    mpmath = pytest.importorskip("mpmath")
+    rng = np.random.default_rng(3)
+    x = np.sort(np.concatenate([
+        rng.uniform(-20, 0, 40000),
+        -rng.integers(1, 20, 40000)
+        + rng.choice([-1.0, 1.0], 40000) * 10.0 ** rng.uniform(-15, -0.5, 40000),
+    ]))  # fmt: skip
+    f, _ = _reflection_terms(op, x)
+    mpmath.mp.dps = 50
+    fn = _mpmath_fn(op)
+    points = [rng.uniform(-20, 0, 300), -(10.0 ** rng.uniform(1, 15, 300))]
+    same_cell = np.floor(x[:-1]) == np.floor(x[1:])
+    change = np.flatnonzero((np.sign(f[:-1]) != np.sign(f[1:])) & same_cell)
+    for i in change:  # a zero between x[i] and x[i + 1] (no pole between them)
+        z = float(mpmath.findroot(fn, (mpmath.mpf(x[i]), mpmath.mpf(x[i + 1])), solver="anderson"))
+        near = [z + k * np.spacing(z) for k in range(-3, 4)]
+        near += [z * (1 + s * 10.0**-j) for s in (-1, 1) for j in range(4, 15, 2)]
+        points.append(np.array(near))
+    assert len(change) >= (30 if op == "gammaln" else 18), len(change)
+    x = np.concatenate(points)
+    x = x[(x < 0) & (x != np.rint(x))]
+    got = lib(op, x)
+    _, scale = _reflection_terms(op, x)
+    exact = [fn(mpmath.mpf(float(v))) for v in x]
+    scale = np.maximum(scale, np.abs(np.array([float(r) for r in exact])))  # |f| > both terms
+    e = np.array([abs(float(mpmath.mpf(float(g)) - r)) for g, r in zip(got, exact)])
+    e /= np.spacing(scale)
+    worst = int(np.argmax(e))
+    assert e.max() <= REFLECT_ABS_ULP, (op, x[worst], got[worst], e[worst])
 
 
 def test_pow_special_values(lib):
