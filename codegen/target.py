@@ -14,6 +14,7 @@ for every engine. :func:`object_machine` is the same host configuration for expo
 from __future__ import annotations
 
 import functools
+import os
 
 import llvmlite.binding as llvm
 
@@ -34,12 +35,20 @@ def host() -> tuple[str, str, str]:
     Full-width vectors: on AVX-512 hosts LLVM's tuning for several CPU names (and generic names
     such as ``x86-64-v4``) prefers 256-bit vectors (the ``prefer-256-bit`` tuning feature, which
     sets the vectoriser's preferred width). Our kernels are long, branch-free loops where 512-bit
-    vectors win (DESIGN.md measured 1.7x), so that tuning is switched off when ``+avx512f`` is
-    present — the feature-string equivalent of ``prefer-vector-width=512``.
+    vectors win (1.7x measured), so that tuning is switched off when ``+avx512f`` is present —
+    the feature-string equivalent of ``prefer-vector-width=512``.
+
+    ``$TAPEJIT_CPU_FEATURES`` (e.g. ``-avx512f``) is appended to the host's feature string: a
+    way to generate, and measure, the code an AVX2-only host would get on an AVX-512 one (it is
+    part of the on-disk cache key, as the whole string is).
     """
     initialise()
     features = llvm.get_host_cpu_features().flatten()
-    if "+avx512f" in features.split(","):
+    extra = os.environ.get("TAPEJIT_CPU_FEATURES", "").strip(", ")
+    if extra:
+        features += "," + extra
+    flags = features.split(",")
+    if "+avx512f" in flags and "-avx512f" not in flags:
         features += ",-prefer-256-bit"
     return llvm.get_process_triple(), llvm.get_host_cpu_name(), features
 

@@ -201,3 +201,23 @@ def test_install_adds_exactly_one_top_level_name(tmp_path):
     } | {"tapejit/codegen/" + p.name for p in (ROOT / "codegen").glob("*.py")}
     missing = sorted(s for s in sources if s not in names)
     assert not missing, f"the wheel lacks {missing} (list the package in pyproject.toml)"
+
+
+def test_cpu_features_can_be_narrowed_for_measurements():
+    """``TAPEJIT_CPU_FEATURES=-avx512f`` makes the code an AVX2-only host would get (and keys
+    the disk cache apart: the feature string is part of the key)."""
+    import os
+    import subprocess
+
+    code = (
+        "import numpy as np, tapejit as tj\n"
+        "from tapejit.codegen import target\n"
+        "f = target.host()[2].split(',')\n"
+        "g = tj.compile(lambda x: np.sum(np.exp(x)), np.ones(64), cache=False)\n"
+        "assert np.allclose(g(np.ones(64)), np.e)\n"
+        "print(f[-1], '-prefer-256-bit' in f, 'zmm' in g.ir('asm'))\n"
+    )
+    env = dict(os.environ, TAPEJIT_CPU_FEATURES="-avx512f")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["-avx512f", "False", "False"]
