@@ -518,3 +518,13 @@ def test_the_aot_example_runs_end_to_end(tmp_path):
     want = [float(t.split("=")[1]) for t in py_line.split(":", 1)[1].split(",")]
     got = [float(t.split("=")[1]) for t in c_line.split(":", 1)[1].split(",")]
     np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_export_refuses_a_transformation_clearly(tmp_path):
+    def f(x):
+        return np.sum(np.exp(x))
+
+    h = tj.compile(f, np.ones(4), mode="hvp", cache=False)
+    with pytest.raises(ValueError, match="export writes gradients"):
+        h.export(tmp_path)
+    assert not list(tmp_path.iterdir())  # nothing written

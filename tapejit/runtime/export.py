@@ -351,6 +351,11 @@ def export_variant(
     under ``path``; returns the paths written. See the module docstring for the files, the C
     signature, constants, guards, status codes, threads and the errors raised."""
     name = check_name(name)
+    if variant.program:
+        raise ValueError(
+            "export writes gradients (compile(..., mode='grad')); a transformation's program "
+            "(jvp, vjp, a Jacobian, an HVP, a Hessian) has no C header layout yet"
+        )
     directory, stem = _destination(path, name)
     try:
         directory.mkdir(parents=True, exist_ok=True)
