@@ -38,13 +38,14 @@ from tapejit import ops
 from tapejit.ir import ITEMSIZE, Node, Program, type_text
 from tapejit.ops import Op
 
-from . import mathlib
+from . import blas, mathlib
 
 F64 = ir.DoubleType()
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
+I8P = I8.as_pointer()
 ELEM = {"f64": F64, "bool": I8}
 ELEM_REG = {"f64": F64, "bool": I1}  # a scalar in a register
 
@@ -1107,6 +1108,59 @@ def _lower_matmul(L: Lowering, n: Node) -> None:
         sa, sb = L.shape(a), L.shape(bm)
         m, k = sa if len(sa) == 2 else (1, sa[0])
         cols = sb[1] if len(sb) == 2 else 1
+    elif (
+        cols > 1
+        and m * k * cols >= blas.MIN_MULTIPLY_ADDS
+        and all(id(x) in L.prog.slots and x.op != Op.CONST for x in (a, bm))
+    ):
+        # the host's BLAS when the runtime has set its address; these loops otherwise
+        with L.b.if_else(_blas_gemm_set(L)) as (call, own):
+            with call:
+                _blas_gemm(L, m, k, cols, L.ptr(a), L.ptr(bm), L.ptr(n))
+            with own:
+                _matmul_loops(L, n, m, k, cols)
+        return
+    _matmul_loops(L, n, m, k, cols)
+
+
+def _blas_gemm_set(L: Lowering) -> ir.Value:
+    """Whether the module's BLAS pointer (:data:`blas.SYMBOL`) is set."""
+    g = L.module.globals.get(blas.SYMBOL)
+    if g is None:
+        g = ir.GlobalVariable(L.module, I8P, name=blas.SYMBOL)
+        g.initializer = ir.Constant(I8P, None)
+    p = L.b.load(g)
+    return L.b.icmp_unsigned("!=", p, ir.Constant(I8P, None))
+
+
+def _blas_gemm(L: Lowering, m: int, k: int, cols: int, pa, pb, pc) -> None:
+    """``C (m x cols) = A (m x k) @ B (k x cols)``, row-major, as column-major ``dgemm``:
+    ``C^T = B^T A^T``, i.e. ``dgemm('N', 'N', cols, m, k, 1, B, cols, A, k, 0, C, cols)``."""
+    b = L.b
+    i32, i8 = I32, I8
+
+    def ref(ty, value):
+        with b.goto_entry_block():
+            slot = b.alloca(ty)
+        b.store(value, slot)
+        return slot
+
+    cp, ip, dp = i8.as_pointer(), i32.as_pointer(), F64.as_pointer()
+    # transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc
+    fnty = ir.FunctionType(ir.VoidType(), [cp, cp, ip, ip, ip, dp, dp, ip, dp, ip, dp, dp, ip])
+    fn = b.bitcast(b.load(L.module.globals[blas.SYMBOL]), fnty.as_pointer())
+    no = ref(i8, i8(ord("N")))
+    f64p = F64.as_pointer()
+    b.call(fn, [
+        no, no, ref(i32, i32(cols)), ref(i32, i32(m)), ref(i32, i32(k)), ref(F64, F64(1.0)),
+        b.bitcast(pb, f64p), ref(i32, i32(cols)), b.bitcast(pa, f64p), ref(i32, i32(k)),
+        ref(F64, F64(0.0)), b.bitcast(pc, f64p), ref(i32, i32(cols)),
+    ])  # fmt: skip
+
+
+def _matmul_loops(L: Lowering, n: Node, m, k, cols) -> None:
+    """The generated loops of :func:`_lower_matmul`."""
+    a, bm = n.args
     b = L.b
     if isinstance(cols, int) and cols == 1:
         with L.loop(m) as i:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from .. import pipeline, tracing, transforms
+from ..codegen import blas as _blas
 from ..codegen import entry as _entry
 from ..codegen import fastcall as _fastcall
 from ..codegen.cache import ObjectCache, text
@@ -123,6 +124,7 @@ class Variant:
         self._consts = built.consts
         self._const_ptrs = tuple(_ffi.from_buffer(c) for c in self._consts)
         self._native = _entry.bind(built.lib.address(built.symbol), built.n_inputs, built.n_outputs)
+        _blas.bind(built.lib.global_address)  # large matrix products call the host's BLAS
         nbytes = built.stats["workspace_bytes"]
         self._tls = _Workspace(nbytes)
         self._keepalive: list[Any] = []
