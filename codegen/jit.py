@@ -13,6 +13,7 @@ uses). Both run object code in an engine, so a loaded library gives bit-identica
 
 from __future__ import annotations
 
+import re
 import time
 import zlib
 
@@ -45,6 +46,30 @@ def _make_fork_safe() -> None:
 
 
 _make_fork_safe()
+
+
+_HINT = re.compile(r'^(![0-9]+) = !\{ !"tapejit\.interleave", i32 ([0-9]+) \}$', re.M)
+
+
+def loop_hints(text: str) -> str:
+    """Module text with each loop's interleave hint (``!llvm.loop`` pointing at a node ``!{
+    !"tapejit.interleave", i32 K }``, which llvmlite can build) replaced by the loop ID LLVM
+    reads: a distinct, self-referential node with ``llvm.loop.interleave.count`` K (which
+    llvmlite's IR builder cannot express)."""
+    hints = {m.group(1): m.group(2) for m in _HINT.finditer(text)}
+    if not hints:
+        return text
+    extra, fresh = [], iter(range(10**6, 10**7))
+
+    def loop_id(m: re.Match) -> str:
+        k = next(fresh)
+        extra.append(f"!{k} = distinct !{{!{k}, !{k + 5 * 10**6}}}")
+        extra.append(f'!{k + 5 * 10**6} = !{{!"llvm.loop.interleave.count", i32 {hints[m.group(1)]}}}')
+        return f"!llvm.loop !{k}"
+
+    refs = re.compile(r"!llvm\.loop (" + "|".join(re.escape(h) for h in hints) + r")\b")
+    text = refs.sub(loop_id, text)
+    return text + "\n" + "\n".join(extra) + "\n"
 
 
 class CodeLibrary:
@@ -80,12 +105,12 @@ class CodeLibrary:
     @staticmethod
     def prepare(module: ir.Module) -> str:
         """Set ``module``'s triple and data layout for the host; returns its text, which holds
-        no process-specific address."""
+        no process-specific address (loop hints resolved, :func:`loop_hints`)."""
         target.initialise()
         tm = target.target_machine()
         module.triple = target.host()[0]
         module.data_layout = str(tm.target_data)
-        return str(module)
+        return loop_hints(str(module))
 
     @classmethod
     def compile(cls, text: str, emit_object: bool = False) -> "CodeLibrary":

@@ -221,3 +221,21 @@ def test_cpu_features_can_be_narrowed_for_measurements():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["-avx512f", "False", "False"]
+
+
+def test_long_math_loops_ask_the_vectoriser_to_interleave():
+    """Long fused loops that evaluate polynomial math carry llvm.loop interleave metadata (a
+    distinct self-referential loop ID, which the hint becomes in CodeLibrary.prepare); short
+    ones and loops without math do not."""
+
+    def f(x):
+        return np.sum(np.exp(x))
+
+    def g(x):
+        return np.sum(x * x)
+
+    long = tj.compile(f, np.ones(5000), cache=False).ir("llvm")
+    assert "llvm.loop.interleave.count\", i32 4" in long
+    assert re.search(r"^(!\d+) = distinct !\{\1, !\d+\}$", long, re.M)
+    assert "llvm.loop.interleave" not in tj.compile(f, np.ones(100), cache=False).ir("llvm")
+    assert "llvm.loop.interleave" not in tj.compile(g, np.ones(5000), cache=False).ir("llvm")
