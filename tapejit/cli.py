@@ -152,16 +152,14 @@ def front_end(fn, args: list, argnums: tuple[int, ...], upto: str = "plan") -> d
     """The pipeline's objects up to stage ``upto`` (``trace``, ``grad``, ``opt``, ``plan``):
     the same pure functions ``tapejit.compile`` runs, so the same graphs and plan it compiles
     (the IR is deterministic), without LLVM."""
-    from tapejit import autodiff, passes, tracing
+    from tapejit import pipeline, tracing
+    from tapejit.passes import reroll
 
-    stages: dict[str, Any] = {"trace": tracing.trace(fn, args, argnums)}
-    if upto != "trace":
-        stages["grad"] = autodiff.vjp_graph(stages["trace"], argnums)
-    if upto in ("opt", "plan"):
-        stages["opt"], _ = passes.optimise(stages["grad"])
-    if upto == "plan":
-        stages["plan"] = passes.plan(stages["opt"])
-    return stages
+    trace, _ = reroll.maybe_reroll(tracing.trace(fn, args, argnums))
+    if upto == "trace":
+        return {"trace": trace}
+    f = pipeline.front(trace, argnums)
+    return {"trace": trace, "grad": f.grad, "opt": f.opt, "plan": f.plan}
 
 
 def entry_symbol(graph) -> str:
@@ -461,6 +459,7 @@ def format_stats(stats: dict, title: str = "") -> str:
         ("buffers", "buffers", "arrays in the workspace"),
         ("recomputed", "recomputed", "values recomputed rather than stored"),
         ("work", "work", "operations per call"),
+        ("reroll", "re-rolled", "Python loop iterations -> loop nodes"),
         (None, "memory", ""),
         ("workspace_bytes", "workspace bytes", "one workspace, reused by liveness"),
         ("constants_bytes", "constants bytes", "captured arrays, passed by pointer"),

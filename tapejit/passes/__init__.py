@@ -13,7 +13,7 @@ import time
 from typing import Callable
 
 from ..ir import Graph, verify
-from . import cleanup, fusion, memplan, simplify
+from . import cleanup, fusion, memplan, reroll, simplify
 from .memplan import plan
 
 #: The pass pipeline, in order: (name, Graph -> (Graph, stats), when). ``when`` (given the
@@ -52,4 +52,4 @@ def optimise(g: Graph, pipeline=None) -> tuple[Graph, dict]:
     return g, stats
 
 
-__all__ = ["PIPELINE", "optimise", "plan", "cleanup", "fusion", "memplan", "simplify"]
+__all__ = ["PIPELINE", "optimise", "plan", "cleanup", "fusion", "memplan", "reroll", "simplify"]

@@ -36,6 +36,7 @@ from ..codegen import fastcall as _fastcall
 from ..codegen.cache import ObjectCache, text
 from ..codegen.lower import counters_symbol
 from ..ir import Graph
+from ..passes import reroll
 from ..progress import Progress, log, wanted
 from .options import Options, capacity_for, object_cache
 from .signature import Signature
@@ -395,6 +396,9 @@ def compile_variant(
         trace = tracing.trace(
             f, args, order, dynamic, forced, check_max_steps=not lenient, outputs=outputs
         )
+        # Python element loops, unrolled by tracing, re-rolled into loop nodes: part of the
+        # trace stage (printed, cache-keyed), so a cache hit needs no pass after it
+        trace, rerolled = reroll.maybe_reroll(trace)
         tuple_result = options.tuple_result
         if mode != "grad":
             trace = transforms.program(mode, trace, order, args)
@@ -411,6 +415,7 @@ def compile_variant(
             progress,
             mode != "grad",
         )
+        v.stats["reroll"] = {"iterations": rerolled["iterations"], "loops": rerolled["loops"]}
     log.info(
         "compiled %s in %.3f s (%d trace nodes, on-disk cache %s)",
         trace.name, time.perf_counter() - t0, len(trace.nodes), v.stats["cache"],

@@ -1,0 +1,88 @@
+"""Re-rolled Python element loops (tapejit/passes/reroll.py): the element-loop model of
+``examples/element_loop.py`` and the preallocate-and-fill loop, at n = 100 / 1000 / 3000.
+
+* compile: a cold compile (``cache=False``) and the first call, with the pass on
+  (``TAPEJIT_REROLL=1`` / ``reroll.ENABLED = True``) and off (the default for now: the
+  unrolled trace, straight-line code split into chunks);
+* gradient: one call of the compiled gradient, against the hand-derived vectorised numpy
+  gradient.
+
+Run: ``python -m pytest bench/test_reroll.py --benchmark-enable --benchmark-group-by=param``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from benchutil import tag
+
+import tapejit as tj
+from tapejit.passes import reroll
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from element_loop import make_model, numpy_grad  # noqa: E402
+
+COMPILE = "Element loop (examples/element_loop.py): cold compile + first call"
+GRAD = "Element loop (examples/element_loop.py): gradient call"
+FILL = "Preallocate-and-fill loop y[i] = x[i]*x[i]: cold compile + first call"
+SIZES = [100, 1000, 3000]
+
+
+def fill_model(x):
+    y = np.zeros_like(x)
+    for i in range(len(x)):
+        y[i] = x[i] * x[i]
+    return np.sum(np.sin(y))
+
+
+def _cold(f, x):
+    t0 = time.perf_counter()
+    grad = tj.compile(f, x, cache=False)
+    grad(x)
+    return grad, time.perf_counter() - t0
+
+
+@pytest.mark.parametrize("rolled", [True, False], ids=["reroll", "unrolled"])
+@pytest.mark.parametrize("n", SIZES)
+def test_compile(benchmark, monkeypatch, n, rolled):
+    monkeypatch.setattr(reroll, "ENABLED", rolled)
+    tag(benchmark, COMPILE, f"n={n}", "re-rolled" if rolled else "unrolled", unit="s")
+    x = np.random.default_rng(0).random(n)
+    grad, _ = _cold(make_model(n), x)
+    np.testing.assert_allclose(grad(x), numpy_grad(x, np.empty(n)), rtol=1e-10, atol=1e-12)
+    benchmark.extra_info.update(reroll=grad.stats["reroll"])
+    benchmark.pedantic(_cold, (make_model(n), x), rounds=1, iterations=1)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_gradient_tapejit(benchmark, monkeypatch, n):
+    monkeypatch.setattr(reroll, "ENABLED", True)
+    tag(benchmark, GRAD, f"n={n}", "tapejit (re-rolled)")
+    x = np.random.default_rng(0).random(n)
+    grad = tj.compile(make_model(n), x, cache=False)
+    g = np.empty(n)
+    np.testing.assert_allclose(grad(x, out=g), numpy_grad(x, np.empty(n)), rtol=1e-10, atol=1e-12)
+    benchmark(grad, x, out=g)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_gradient_numpy(benchmark, n):
+    tag(benchmark, GRAD, f"n={n}", "numpy (vectorised, by hand)")
+    x = np.random.default_rng(0).random(n)
+    benchmark(numpy_grad, x, np.empty(n))
+
+
+@pytest.mark.parametrize("rolled", [True, False], ids=["reroll", "unrolled"])
+@pytest.mark.parametrize("n", SIZES)
+def test_fill_compile(benchmark, monkeypatch, n, rolled):
+    monkeypatch.setattr(reroll, "ENABLED", rolled)
+    tag(benchmark, FILL, f"n={n}", "re-rolled" if rolled else "unrolled", unit="s")
+    x = np.random.default_rng(0).random(n)
+    grad, _ = _cold(fill_model, x)
+    want = 2 * x * np.cos(x * x)
+    np.testing.assert_allclose(grad(x), want, rtol=1e-10, atol=1e-12)
+    benchmark.pedantic(_cold, (fill_model, x), rounds=1, iterations=1)
