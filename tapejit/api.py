@@ -354,12 +354,12 @@ def _jacobian_fn(f: Callable, argnums: int | Sequence[int], mode: str) -> Callab
             return r.blocks(np.reshape(J, (-1, vec.size)))
         args = _arrays("arguments", args)
         chosen = mode
-        if mode == "auto":  # forward mode when the inputs are fewer than the outputs
+        if mode == "auto":  # forward mode only when the inputs are fewer than the outputs
             nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
             n_in = sum(int(np.size(args[i])) for i in nums)
             y = f(*args)
             n_out = sum(int(np.size(v)) for v in (y if isinstance(y, tuple) else (y,)))
-            chosen = "jacfwd" if n_in <= n_out else "jacrev"
+            chosen = "jacfwd" if n_in < n_out else "jacrev"
         g = _compiled(f, chosen, argnums, args)
         flat = g(*args)
         flat = flat if isinstance(flat, tuple) else (flat,)
@@ -376,8 +376,8 @@ def jacobian(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     """The Jacobian of ``f`` as a function: ``jacobian(f)(*args)`` has shape ``y.shape +
     x.shape`` (a tuple over ``argnums`` for a tuple, a tuple over outputs when ``f`` returns a
     tuple), computed in one native call whose basis sweep is a native loop. Forward mode
-    (:func:`jacfwd`) when the differentiated inputs have no more elements than the outputs,
-    else reverse mode (:func:`jacrev`); compiled once per set of shapes.
+    (:func:`jacfwd`) when the differentiated inputs have fewer elements than the outputs, else
+    reverse mode (:func:`jacrev`, as ``jax.jacobian``); compiled once per set of shapes.
     """
     return _jacobian_fn(f, argnums, "auto")
 
