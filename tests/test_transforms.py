@@ -269,3 +269,14 @@ def test_transformations_of_pytree_functions_match_their_flat_forms():
         vjp_fn({"h": np.ones(3)})
     with pytest.raises(ValueError, match="hvp: v"):
         tj.hvp(tree_loss, (p, x), {"layer": Params(np.ones((3, 5)), np.ones(3)), "s": 1.0})
+
+
+def test_compiled_transformations_batch_over_rows():
+    X, V = RNG.random((6, 8)), RNG.standard_normal((6, 8))
+    h = tj.compile(eam, X[0], mode="hvp", cache=False)
+    np.testing.assert_array_equal(h.batch(X, V), np.stack([h(x, v) for x, v in zip(X, V)]))
+    hess = tj.compile(eam, X[0], mode="hessian", cache=False)
+    np.testing.assert_array_equal(hess.batch(X), np.stack([hess(x) for x in X]))
+    jf = tj.compile(vec, RNG.random(6), mode="jvp", cache=False)
+    ys, ts = jf.batch(RNG.random((4, 6)), RNG.random((4, 6)))
+    assert ys.shape == ts.shape == (4, 5)
