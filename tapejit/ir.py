@@ -217,21 +217,22 @@ def type_text(t: Type) -> str:
     return s
 
 
-def toposort(outputs: Iterable[Node]) -> list[Node]:
-    """All nodes reachable from ``outputs``, each after its arguments (iterative DFS)."""
+def toposort(outputs: Iterable[Node], stop: dict | set | None = None) -> list[Node]:
+    """All nodes reachable from ``outputs``, each after its arguments (iterative DFS); the
+    nodes whose ids are in ``stop`` are listed but not descended into."""
     order: list[Node] = []
     seen: set[int] = set()
     for root in outputs:
         if id(root) in seen:
             continue
-        stack = [(root, iter(root.args))]
+        stack = [(root, iter(() if stop and id(root) in stop else root.args))]
         seen.add(id(root))
         while stack:
             node, it = stack[-1]
             for arg in it:
                 if id(arg) not in seen:
                     seen.add(id(arg))
-                    stack.append((arg, iter(arg.args)))
+                    stack.append((arg, iter(() if stop and id(arg) in stop else arg.args)))
                     break
             else:
                 stack.pop()
@@ -243,7 +244,7 @@ def substitute(outputs: tuple[Node, ...], mapping: dict[int, Node]) -> tuple[Nod
     """``outputs`` rebuilt with every node whose id is in ``mapping`` replaced by its image
     (re-interned, so unchanged subgraphs stay the same nodes)."""
     memo: dict[int, Node] = dict(mapping)
-    for n in toposort(outputs):
+    for n in toposort(outputs, mapping):  # nothing below a replaced node is needed
         if id(n) in memo:
             continue
         args = tuple(memo[id(a)] for a in n.args)

@@ -85,7 +85,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import ir, ops
-from ..ir import Graph, Node, Type
+from ..ir import Graph, Node, Type, substitute
 from ..ops import Op
 from ..progress import log
 
@@ -849,7 +849,7 @@ def _build_loop(
     out_ref = R0.args[1] if map_mode else R0
     if map_mode and carry_ref in _reachable(out_ref, {**mapping, id(carry_ref): carry_ref}):
         raise _Fail  # the update reads the carried array elsewhere than where it writes
-    (out,) = _rebuild((out_ref,), mapping)
+    (out,) = substitute((out_ref,), mapping)
     if out.dtype != "f64":
         raise _Fail
     n_carry, n_xs = len(carries), len(xs)
@@ -899,28 +899,6 @@ def _reachable(out: Node, mapping: dict[int, Node]) -> set:
             continue
         todo.extend(n.args)
     return set(seen.values())
-
-
-def _rebuild(outputs: tuple[Node, ...], mapping: dict[int, Node]) -> tuple[Node, ...]:
-    """``outputs`` rebuilt with the nodes in ``mapping`` replaced, walking only down to them
-    (``ir.substitute`` walks the whole cone). Iterative."""
-    memo: dict[int, Node] = dict(mapping)
-    todo = list(outputs)
-    while todo:
-        n = todo[-1]
-        if id(n) in memo:
-            todo.pop()
-            continue
-        pending = [a for a in n.args if id(a) not in memo]
-        if pending:
-            todo.extend(pending)
-            continue
-        todo.pop()
-        args = tuple(memo[id(a)] for a in n.args)
-        memo[id(n)] = (
-            n if all(a is b for a, b in zip(args, n.args)) else ops.make(n.op, *args, attrs=n.attrs)
-        )
-    return tuple(memo[id(o)] for o in outputs)
 
 
 def _replace_all(g: Graph, mapping: dict[int, Node]) -> Graph:
