@@ -126,6 +126,27 @@ def _ellipsis_dims(term: str, ndim: int) -> int:
     return ndim - (len(term) - 3)
 
 
+def _sublist(sub) -> str:
+    """An einsum sublist (ints 0-51 and ``...``) as subscripts: 0-25 are A-Z, 26-51 a-z
+    (numpy's labels, in the same order, so an implicit output sorts the same)."""
+    out = []
+    for s in sub:
+        if s is Ellipsis:
+            out.append("...")
+        elif isinstance(s, (int, np.integer)) and 0 <= s < 52:
+            out.append(chr(ord("A") + s) if s < 26 else chr(ord("a") + s - 26))
+        else:
+            raise _fail(f"numpy.einsum: subscript {s!r} in a sublist is not an integer in [0, 52)")
+    return "".join(out)
+
+
+def _from_sublists(args):
+    """``einsum(op0, sublist0, op1, sublist1, ..., [sublistout])`` as (subscripts, operands)."""
+    res = "->" + _sublist(args[-1]) if len(args) % 2 else ""  # an odd count ends with the output's
+    args = args[: len(args) - len(args) % 2]
+    return ",".join(_sublist(s) for s in args[1::2]) + res, tuple(args[0::2])
+
+
 def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
     """``np.einsum`` for explicit and implicit subscripts: the broadcast product of the
     operands summed over the labels that do not appear in the output. ``...`` stands for the
@@ -135,7 +156,7 @@ def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
     _float_dtype("einsum", kw.pop("dtype", None))
     _no_kwargs("einsum", kw)
     if not isinstance(subscripts, str):
-        raise _fail("numpy.einsum with non-string subscripts is not supported")
+        subscripts, operands = _from_sublists((subscripts,) + operands)
     ops_ = [_t(o) for o in operands]
     spec = subscripts.replace(" ", "")
     ins, _, res = spec.partition("->")
@@ -426,3 +447,112 @@ def _select(condlist, choicelist, default=0):
     for c, v in reversed(list(zip(condlist, choicelist))):
         r = _where(c, v, r)
     return r
+
+
+# the gamma family of scipy.special, from gammaln (log |Gamma|) and the sign of Gamma
+
+
+def _gammasgn(x):
+    """The sign of Gamma(x) (scipy.special.gammasgn): 1 for x > 0 and +0, -1 for -0, alternating
+    on the negative intervals (-1 on (-1, 0)), NaN at the poles x = -1, -2, ... and -inf."""
+    x = _t(x)
+    neg = 1.0 - 2.0 * (np.ceil(-x) % 2.0)
+    zero = _where(1.0 / x < 0.0, -1.0, 1.0)  # the sign of a zero
+    return _where(x > 0.0, 1.0, _where(x == 0.0, zero, _where(x == np.floor(x), np.nan, neg)))
+
+
+def _gamma(x):
+    x = _t(x)
+    return _gammasgn(x) * np.exp(_unary(Op.GAMMALN, x))
+
+
+def _rgamma(x):
+    """1 / Gamma(x), 0 at the poles (scipy.special.rgamma)."""
+    x = _t(x)
+    pole = (x <= 0.0) & (x == np.floor(x))
+    return _where(pole, 0.0, _gammasgn(x) * np.exp(-_unary(Op.GAMMALN, x)))
+
+
+def _betaln(a, b):
+    """log |B(a, b)| = gammaln(a) + gammaln(b) - gammaln(a + b) (scipy.special.betaln; for
+    moderate arguments: no asymptotic form for a, b >> 1)."""
+    a, b = _t(a), _t(b)
+    return _unary(Op.GAMMALN, a) + _unary(Op.GAMMALN, b) - _unary(Op.GAMMALN, a + b)
+
+
+def _beta(a, b):
+    a, b = _t(a), _t(b)
+    return _gammasgn(a) * _gammasgn(b) * _gammasgn(a + b) * np.exp(_betaln(a, b))
+
+
+# inverse error functions: Giles' approximation ("Approximating the erfinv function", GPU
+# Computing Gems, 2011; single precision) refined by Newton steps on erfc, so the value is
+# accurate to double precision and the derivative of the last step is 1 / erf'(y)
+
+_ERFINV_CENTRAL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
+                   -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)  # fmt: skip
+_ERFINV_TAIL = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)  # fmt: skip
+
+
+def _horner(coefs, w):
+    p = coefs[0]
+    for c in coefs[1:]:
+        p = c + p * w
+    return p
+
+
+def _erfinv_central(t):
+    """erfinv(t) for |t| <= 0.5: Newton steps on erf (t need not be small to be exact)."""
+    w = -np.log1p(-t * t)
+    y = _horner(_ERFINV_CENTRAL, w - 2.5) * t
+    for _ in range(3):
+        y = y + (t - _unary(Op.ERF, y)) / (1.1283791670955126 * np.exp(-y * y))
+    return y
+
+
+def _erfcinv_tail(q):
+    """erfcinv(q) for 0 < q <= 0.5: Newton steps on log(erfc), which converge from either side
+    where erfc is tiny."""
+    w = -np.log(q * (2.0 - q))  # -log((1 - x)(1 + x)) for x = 1 - q, without cancellation
+    central = _horner(_ERFINV_CENTRAL, w - 2.5)
+    tail = _horner(_ERFINV_TAIL, np.sqrt(_where(w < 5.0, 5.0, w)) - 3.0)
+    y = _where(w < 5.0, central, tail) * (1.0 - q)
+    # far out (q < 1e-7) the asymptotic erfc(y) ~ exp(-y^2) / (y sqrt(pi)) is the better start
+    big = -np.log(_where(w < 16.0, 1e-7, q))
+    z = np.sqrt(big)
+    for _ in range(3):
+        z = np.sqrt(big - np.log(1.7724538509055159 * z))
+    y = _where(w < 16.0, y, z)
+    for _ in range(5):
+        e = _unary(Op.ERFC, y)
+        y = y + (np.log(e) - np.log(q)) * e / (1.1283791670955126 * np.exp(-y * y))
+    return y
+
+
+def _erfcinv(x):
+    """scipy.special.erfcinv on [0, 2] (inf at 0, -inf at 2, NaN outside): erfinv(1 - x) in
+    the middle (1 - x is exact there), the tails from erfcinv(2 - x) = -erfcinv(x)."""
+    x = _t(x)
+    mid = (x >= 0.5) & (x <= 1.5)
+    y = _erfinv_central(_where(mid, 1.0 - x, 0.0))
+    lo = x < 0.5
+    q = _where(lo, x, 2.0 - x)
+    tail = _erfcinv_tail(_where((q > 0.0) & (q <= 0.5), q, 0.5))
+    y = _where(mid, y, _where(lo, tail, -tail))
+    y = _where(x == 0.0, np.inf, _where(x == 2.0, -np.inf, y))
+    return _where((x < 0.0) | (x > 2.0) | (x != x), np.nan, y)
+
+
+def _erfinv(x):
+    """scipy.special.erfinv on [-1, 1]: Newton on erf for |x| <= 0.5, else erfcinv(1 - |x|)
+    (1 - |x| is exact there) with the sign of x."""
+    x = _t(x)
+    a = abs(x)
+    small = a <= 0.5
+    y = _erfinv_central(_where(small, x, 0.0))
+    q = 1.0 - a
+    tail = _erfcinv_tail(_where(small | (q <= 0.0), 0.5, q))
+    tail = _where(a == 1.0, np.inf, tail)
+    y = _where(small, y, _where(x < 0.0, -tail, tail))
+    return _where((a > 1.0) | (x != x), np.nan, y)

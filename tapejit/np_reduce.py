@@ -60,7 +60,12 @@ def _var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
 
 def _std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, **kw):
     _no_kwargs("std", kw)
-    return np.sqrt(_var(a, axis, dtype, out, ddof, keepdims))
+    v = _var(a, axis, dtype, out, ddof, keepdims)
+    if ddof == 0 and v.size and _t(a).size == v.size:
+        # one element per group: the deviation is identically 0, so is its derivative (sqrt's
+        # rule would give 0 * inf = nan at 0)
+        return v * 0.0
+    return np.sqrt(v)
 
 
 def _average(a, axis=None, weights=None, returned=False, keepdims=False):
@@ -269,3 +274,51 @@ def _trapezoid(y, x=None, dx=1.0, axis=-1):
         if x.ndim == 1 and y.ndim > 1:
             d = _reshape(d, tuple(-1 if i == axis else 1 for i in range(y.ndim)))
     return _reduce(Op.REDUCE_SUM, (y[hi] + y[lo]) * d * 0.5, (axis,))
+
+
+def _gradient(f, *varargs, axis=None, edge_order=1):
+    """numpy.gradient with scalar (uniform) spacings: central differences inside, one-sided
+    differences of ``edge_order`` 1 or 2 at the edges; a tuple for several axes."""
+    f = _t(f)
+    axes = (
+        tuple(range(f.ndim)) if axis is None else ((axis,) if np.ndim(axis) == 0 else tuple(axis))
+    )
+    axes = tuple(_axis(ax, f.ndim) for ax in axes)
+    if len(varargs) == 1 and len(axes) > 1:
+        varargs = varargs * len(axes)
+    if varargs and (len(varargs) != len(axes) or any(np.ndim(h) != 0 for h in varargs)):
+        raise _fail("numpy.gradient: only scalar spacings (one, or one per axis) are supported")
+    if edge_order not in (1, 2):
+        raise _fail("numpy.gradient: edge_order must be 1 or 2")
+    spacings = [float(h) for h in varargs] if varargs else [1.0] * len(axes)
+    outs = []
+    for ax, h in zip(axes, spacings):
+        n = f.shape[ax]
+        if n < edge_order + 1:
+            raise _fail(f"numpy.gradient: axis {ax} needs at least {edge_order + 1} points")
+
+        def sl(s, ax=ax):
+            return f[(slice(None),) * ax + (s,)]
+
+        parts = []
+        if edge_order == 1:
+            parts.append((sl(slice(1, 2)) - sl(slice(0, 1))) / h)
+        else:
+            parts.append(
+                (-1.5 * sl(slice(0, 1)) + 2.0 * sl(slice(1, 2)) - 0.5 * sl(slice(2, 3))) / h
+            )
+        if n > 2:
+            parts.append((sl(slice(2, None)) - sl(slice(None, -2))) / (2.0 * h))
+        if edge_order == 1:
+            parts.append((sl(slice(n - 1, n)) - sl(slice(n - 2, n - 1))) / h)
+        else:
+            parts.append(
+                (
+                    0.5 * sl(slice(n - 3, n - 2))
+                    - 2.0 * sl(slice(n - 2, n - 1))
+                    + 1.5 * sl(slice(n - 1, n))
+                )
+                / h
+            )
+        outs.append(_concatenate(parts, ax))
+    return outs[0] if len(outs) == 1 else tuple(outs)

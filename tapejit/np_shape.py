@@ -8,11 +8,12 @@ tracing."""
 from __future__ import annotations
 
 import itertools
+import operator
 
 import numpy as np
 
 from . import ops
-from .np_common import _axis, _like, _no_kwargs, _no_out, _t, _zeros
+from .np_common import _axis, _float_dtype, _like, _no_kwargs, _no_out, _t, _zeros
 from .ops import Op
 from .tracing import _UNSET, Tracer, _copy, _fail, _reduce, _reshape, _setitem, _transpose, _where
 
@@ -133,8 +134,11 @@ def _hstack(tup, dtype=None, casting=None):
 
 
 def _column_stack(tup):
-    arrs = [_t(a) for a in tup]
-    arrs = [_reshape(a, (a.shape[0], 1)) if a.ndim == 1 else a for a in arrs]
+    arrs = [_t(a) for a in tup]  # an array is a sequence of its rows, as for numpy
+    arrs = [
+        _reshape(a, (a.shape[0], 1)) if a.ndim == 1 else _reshape(a, (1, 1)) if a.ndim == 0 else a
+        for a in arrs
+    ]
     return _concatenate(arrs, 1)
 
 
@@ -401,6 +405,13 @@ def _index_plan(shape, key):
     return items, arrays, axis_of
 
 
+def _advanced_positions(items, arrays) -> list[int]:
+    """Where the advanced indices stand: the index arrays and, with them, the integers (numpy
+    counts ``x[3, :, [1, 2]]``'s 3 as advanced, so its indexed axes are not adjacent)."""
+    ints = [i for i, k in enumerate(items) if isinstance(k, (int, np.integer))]
+    return sorted({i for i, _ in arrays} | set(ints))
+
+
 def advanced_getitem(x: Tracer, key) -> Tracer:
     """``x[key]`` for keys with ``None``, integer arrays or boolean masks (numpy's advanced
     indexing: the broadcast index arrays' shape replaces the indexed axes in place when they are
@@ -420,7 +431,7 @@ def advanced_getitem(x: Tracer, key) -> Tracer:
         raise _fail("None / np.newaxis together with integer-array indices is not supported")
     B = np.broadcast_shapes(*(k.shape for _, k in arrays))
     bcast = {i: np.broadcast_to(k, B) for i, k in arrays}
-    pos = [i for i, _ in arrays]
+    pos = _advanced_positions(items, arrays)
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
     rows = []
     for b in np.ndindex(*B):
@@ -475,7 +486,7 @@ def advanced_setitem(y: Tracer, key, value) -> None:
     v = _broadcast_to(v, target.shape)
     B = np.broadcast_shapes(*(k.shape for _, k in arrays))
     bcast = {i: np.broadcast_to(k, B) for i, k in arrays}
-    pos = [i for i, _ in arrays]
+    pos = _advanced_positions(items, arrays)
     adjacent = pos == list(range(pos[0], pos[-1] + 1))
     before = sum(1 for k in items[: pos[0]] if isinstance(k, slice)) if adjacent else 0
     nb = len(B)
@@ -543,3 +554,44 @@ def _meshgrid(*xi, copy=True, sparse=False, indexing="xy"):
         r = _reshape(v, tuple(v.shape[0] if i == axis else 1 for i in range(n)))
         out.append(r if sparse else _broadcast_to(r, tuple(shape)))
     return out
+
+
+def _fftshift(x, axes=None, inverse=False):
+    """numpy.fft.fftshift / ifftshift: a roll by half of each axis (real arrays)."""
+    x = _t(x)
+    axes = (
+        tuple(range(x.ndim)) if axes is None else ((axes,) if np.ndim(axes) == 0 else tuple(axes))
+    )
+    shifts = [
+        -(x.shape[_axis(a, x.ndim)] // 2) if inverse else x.shape[_axis(a, x.ndim)] // 2
+        for a in axes
+    ]
+    return _roll(x, shifts, axes) if axes else x
+
+
+def _linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, **kw):
+    """numpy.linspace of traced ``start``/``stop``: ``start + i * step`` with the last sample
+    exactly ``stop`` (numpy's formula); constant ``num``, ``axis=0``."""
+    _no_kwargs("linspace", kw)
+    _float_dtype("linspace", dtype)
+    if axis != 0:
+        raise _fail("numpy.linspace: only axis=0 is supported")
+    num = operator.index(num)
+    if num < 0:
+        raise _fail(f"numpy.linspace: number of samples, {num}, must be non-negative")
+    start, stop = _t(start), _t(stop)
+    shape = np.broadcast_shapes(start.shape, stop.shape)
+    start, stop = _broadcast_to(start, shape), _broadcast_to(stop, shape)
+    div = (num - 1) if endpoint else num
+    delta = stop - start
+    tail = (1,) * np.ndim(start)
+    i = np.arange(num, dtype=np.float64).reshape((num,) + tail)
+    if div > 0:
+        step = delta / float(div)
+        y = _expand_dims(start, 0) + i * _expand_dims(step, 0)
+    else:
+        step = delta * np.nan
+        y = _expand_dims(start, 0) + i * _expand_dims(delta, 0)
+    if endpoint and num > 1:
+        y = _concatenate([y[:-1], _expand_dims(stop, 0)], 0)
+    return (y, step) if retstep else y

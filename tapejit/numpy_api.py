@@ -43,15 +43,21 @@ from .np_math import (
     _arcsin,
     _arcsinh,
     _arctanh,
+    _beta,
+    _betaln,
     _clip,
     _cosh,
     _cross,
     _dot,
     _einsum,
+    _erfcinv,
+    _erfinv,
     _exp2,
     _expit,
     _fmax,
     _fmin,
+    _gamma,
+    _gammasgn,
     _heaviside,
     _hypot,
     _inner,
@@ -67,6 +73,7 @@ from .np_math import (
     _norm,
     _outer,
     _remainder,
+    _rgamma,
     _round,
     _select,
     _sinc,
@@ -80,6 +87,7 @@ from .np_math import (
 from .np_reduce import (
     _average,
     _diff,
+    _gradient,
     _logsumexp,
     _max,
     _mean_fn,
@@ -106,8 +114,10 @@ from .np_shape import (
     _diagonal,
     _dstack,
     _expand_dims,
+    _fftshift,
     _flip,
     _hstack,
+    _linspace,
     _meshgrid,
     _moveaxis,
     _pad,
@@ -134,7 +144,7 @@ from .np_shape import advanced_getitem as advanced_getitem
 from .np_shape import advanced_setitem as advanced_setitem
 from .np_shape import is_basic_key as is_basic_key
 from .ops import Op
-from .tracing import Tracer, _binary, _copy, _power, _reshape, _transpose, _unary, lift
+from .tracing import Tracer, _binary, _copy, _power, _reshape, _transpose, _unary, _where, lift
 
 UFUNCS: dict[str, Callable[..., Tracer]] = {
     # the primitives, by the numpy names their block in tapejit/ops.py declares
@@ -185,6 +195,13 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "gammaln": functools.partial(_unary, Op.GAMMALN),
     "psi": functools.partial(_unary, Op.DIGAMMA),  # scipy.special.digamma is psi
     "erfc": functools.partial(_unary, Op.ERFC),
+    "gamma": _gamma,
+    "erfinv": _erfinv,
+    "erfcinv": _erfcinv,
+    "gammasgn": _gammasgn,
+    "rgamma": _rgamma,
+    "beta": _beta,
+    "betaln": _betaln,
 }  # fmt: skip
 
 #: numpy ufunc methods other than ``__call__``: (ufunc name, method) -> implementation
@@ -292,6 +309,12 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.partition: _partition,
     np.median: _median,
     np.take_along_axis: _take_along_axis,
+    np.gradient: _gradient,
+    np.linspace: _linspace,
+    np.angle: lambda z, deg=False: _where((_t(z) < 0.0) | (1.0 / _t(z) < 0.0), 180.0 if deg else math.pi, _where(_t(z) == _t(z), 0.0, np.nan)),  # real z (and -0.0)
+    np.real_if_close: lambda a, tol=100: _t(a),  # real values are returned as they are
+    np.fft.fftshift: lambda x, axes=None: _fftshift(x, axes),
+    np.fft.ifftshift: lambda x, axes=None: _fftshift(x, axes, inverse=True),
 }  # fmt: skip
 
 from .numpy_linalg import FUNCTIONS as _LINALG  # noqa: E402  (it builds on the functions above)
@@ -301,7 +324,7 @@ FUNCTIONS.update(_LINALG)
 
 def _function_name(fn: Callable) -> str:
     module = getattr(fn, "__module__", "") or ""
-    prefix = "np.linalg." if "linalg" in module else "np."
+    prefix = "np.linalg." if "linalg" in module else "np.fft." if "fft" in module else "np."
     return prefix + fn.__name__
 
 

@@ -238,7 +238,33 @@ def multi_dot(arrays, *, out=None):
     return r
 
 
+def _pinv2(a):
+    m, n = a.shape
+    g = a.T @ a if m >= n else a @ a.T  # the Gram matrix of the smaller side: full rank or not
+    u, _ = _lu(g)
+    pivots = abs(_stack([u[i, i] for i in range(g.shape[0])]))
+    # a rank-deficient matrix's pseudo-inverse (its derivative) needs an SVD; refuse it (the
+    # check is a guard, so a rank-deficient input at run time is refused too)
+    if not bool(_reduce(Op.REDUCE_MAX, -pivots) * -1.0 > 1e-13 * _reduce(Op.REDUCE_MAX, pivots)):
+        raise _fail(
+            "numpy.linalg.pinv: a rank-deficient (or numerically singular) matrix is not supported"
+        )
+    return _solve2(g, a.T) if m >= n else _solve2(g, a).T
+
+
+def pinv(a, rcond=None, hermitian=False, *, rtol=None):
+    """``np.linalg.pinv(a)`` for ``a`` (..., m, n) of full rank: ``(A^T A)^-1 A^T`` (m >= n) or
+    ``A^T (A A^T)^-1`` — equal to the SVD's pseudo-inverse there, and so are their derivatives."""
+    if rcond is not None or rtol is not None or hermitian:
+        raise _fail("numpy.linalg.pinv: rcond=, rtol= and hermitian= are not supported")
+    a = _t(a)
+    if a.ndim < 2:
+        raise _fail("numpy.linalg.pinv: the array must have at least 2 dimensions")
+    return _batched(_pinv2, a)
+
+
 FUNCTIONS = {
+    np.linalg.pinv: pinv,
     np.linalg.matrix_power: matrix_power,
     np.linalg.multi_dot: multi_dot,
     np.linalg.eigh: eigh,

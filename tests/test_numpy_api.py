@@ -40,6 +40,7 @@ CASES = [
     ("hstack", lambda a, b: wsum(np.hstack([a, b])), [(3,), (2,)], ANY),
     ("hstack_2d", lambda a, b: wsum(np.hstack([a, b])), [(2, 3), (2, 1)], ANY),
     ("column_stack", lambda a, b: wsum(np.column_stack([a, b])), [(3,), (3, 2)], ANY),
+    ("column_stack_of_an_array", lambda a: wsum(np.column_stack(a)) + wsum(np.column_stack(a[None, :] * a)), [(3,)], ANY),
     ("append", lambda a, b: wsum(np.append(a, b)), [(2, 2), (3,)], ANY),
     ("append_axis", lambda a, b: wsum(np.append(a, b, axis=0)), [(2, 2), (1, 2)], ANY),
     # gather indexing
@@ -54,6 +55,8 @@ CASES = [
     ("take_axis", lambda a: wsum(np.take(a, [1, 1], axis=1)), [(2, 3)], ANY),
     ("take_along_axis", lambda a: wsum(np.take_along_axis(a, np.array([[1, 0], [2, 2]]), 1)), [(2, 3)], ANY),
     ("int_array_write", lambda a: wsum(_write_gather(a)), [(4,)], ANY),
+    ("int_and_array_apart", lambda a: wsum(a[1, 2:, [1, 0, 1]]) + wsum(a[:, 1, [2, 0]] ** 2), [(2, 4, 3)], ANY),
+    ("int_and_array_apart_write", lambda a: wsum(_write_apart(a)), [(2, 4, 3)], ANY),
     # None and shapes
     ("newaxis", lambda a: wsum(a[:, None] * a[None, :]), [(3,)], ANY),
     ("newaxis_middle", lambda a: wsum(a[1:, np.newaxis, ::2]), [(3, 4)], ANY),
@@ -72,6 +75,8 @@ CASES = [
     ("dot_nd", lambda a, b: wsum(np.dot(a, b)), [(2, 3), (2, 3, 2)], ANY),
     ("einsum_ij_jk", lambda a, b: wsum(np.einsum("ij,jk->ik", a, b)), [(2, 3), (3, 2)], ANY),
     ("einsum_trace", lambda a: np.einsum("ii", a), [(3, 3)], ANY),
+    ("einsum_sublists", lambda a, b: wsum(np.einsum(a, [0, 1], b, [1, 30])) + wsum(np.einsum(a, [0, 1], b, [1, 2], [2, 0]))
+        + wsum(np.einsum(a, [..., 1], b.T, [..., 1])), [(2, 3), (3, 2)], ANY),
     ("einsum_implicit", lambda a, b: wsum(np.einsum("ij,j", a, b)), [(2, 3), (3,)], ANY),
     ("einsum_batch", lambda a, b: wsum(np.einsum("bij,bjk->bki", a, b)), [(2, 2, 3), (2, 3, 2)], ANY),
     ("einsum_outer", lambda a, b: wsum(np.einsum("i,j->ij", a, b)), [(2,), (3,)], ANY),
@@ -169,6 +174,13 @@ CASES = [
     ("ptp", lambda a: np.ptp(a) + wsum(np.ptp(a, axis=0)), [(3, 4)], ANY),
     ("real_imag_conj", lambda a: wsum(np.real(a) + np.imag(a) + np.conj(a) * a), [(4,)], ANY),
     ("cbrt", lambda a: wsum(np.cbrt(a)), [(5,)], ANY),
+    ("gradient", lambda a: sum(wsum(g) * (k + 1) for k, g in enumerate(np.gradient(a))) + wsum(np.gradient(a, 0.5, axis=-1)), [(4, 3)], ANY),
+    ("gradient_edge_order_2", lambda a: wsum(np.gradient(a, edge_order=2)) + wsum(np.gradient(a[:3], 2.0)), [(5,)], ANY),
+    ("linspace", lambda a, b: wsum(np.linspace(a, b, 5)) + wsum(np.linspace(a, b, 4, endpoint=False)) + wsum(np.linspace(a, b, 1)), [(), ()], ANY),
+    ("linspace_arrays", lambda a, b: wsum(np.linspace(a, b, 3)), [(2,), (2,)], ANY),
+    ("angle_real_if_close", lambda a: wsum(np.angle(a) + np.angle(a, deg=True) * a + np.real_if_close(a) ** 2), [(5,)], ANY),
+    ("fftshift", lambda a: wsum(np.fft.fftshift(a)) + wsum(np.fft.ifftshift(a, axes=1) ** 2), [(3, 4)], ANY),
+    ("std_single_element", lambda a: np.std(a) + wsum(np.std(a[None, :], axis=0)) + wsum(a[:, None].std(1)), [(3,)], ANY),
     # rounding and remainders
     ("floor_ceil", lambda a: wsum(np.floor(a * 3) * a + np.ceil(a * 3) * a * a), [(6,)], ANY),
     ("rint_trunc_fix", lambda a: wsum(np.rint(a * 3) * a + np.trunc(a * 3) + np.fix(a * 2) * a), [(6,)], ANY),
@@ -196,6 +208,12 @@ CASES = [
 def _sorted_copy(a):
     y = a * 2.0
     y.sort()
+    return y
+
+
+def _write_apart(a):
+    y = a * 1.0
+    y[1, 2:, [2, 0]] = a[0, :2, [1, 1]] ** 2  # numpy puts the index axis first: a (2, 2) region
     return y
 
 
@@ -265,6 +283,11 @@ SPECIAL = [] if sc is None else [
     ("digamma", lambda a: wsum(sc.digamma(a * 3.0) + sc.psi(a + 5.0)) + wsum(sc.digamma(-a)), [(6,)], (0.1, 0.9)),
     ("poisson_loglik", lambda lam: np.sum(KS * np.log(lam) - lam - sc.gammaln(KS + 1.0)), [(4,)], POS),
     ("gamma_logpdf", lambda a: np.sum((a - 1.0) * np.log(XS) - XS - sc.gammaln(a)), [(4,)], POS),
+    ("gamma_rgamma", lambda a: wsum(sc.gamma(a * 3.0) + sc.rgamma(a * 3.0) + sc.gamma(-a) * sc.rgamma(a - 2.0)), [(6,)], (0.1, 0.9)),
+    ("gammasgn", lambda a: wsum(sc.gammasgn(a * 3.0 - 2.5) * a), [(6,)], (0.1, 0.9)),
+    ("erfinv", lambda a: wsum(sc.erfinv(a) + sc.erfinv(a * 0.3) + sc.erfinv(a ** 3 * 0.9999)), [(6,)], (-0.99, 0.99)),
+    ("erfcinv", lambda a: wsum(sc.erfcinv(a) + sc.erfcinv(2.0 - a) + sc.erfcinv(a ** 8 * 1e-30)), [(6,)], (0.05, 1.95)),
+    ("beta_betaln", lambda a, b: wsum(sc.beta(a, b) + sc.betaln(a, b * 2.0) + sc.beta(-a, b)), [(4,), (4,)], (0.2, 0.8)),
 ]  # fmt: skip
 
 
@@ -279,6 +302,8 @@ LINALG = [
     ("solve_matrix", lambda a, b: wsum(np.linalg.solve(a, b)), [(3, 3), (3, 2)], ANY),
     ("solve_batched", lambda a, b: wsum(np.linalg.solve(a, b)), [(2, 3, 3), (2, 3, 1)], ANY),
     ("inv", lambda a: wsum(np.linalg.inv(a)), [(4, 4)], ANY),
+    ("pinv_tall_wide", lambda a: wsum(np.linalg.pinv(a)) + wsum(np.linalg.pinv(a.T) ** 2), [(4, 2)], ANY),
+    ("pinv_batched", lambda a: wsum(np.linalg.pinv(a)), [(2, 3, 4)], ANY),
     ("inv_1x1", lambda a: wsum(np.linalg.inv(a)), [(1, 1)], POS),
     ("det", lambda a: np.linalg.det(a), [(4, 4)], ANY),
     ("det_batched", lambda a: wsum(np.linalg.det(a)), [(3, 2, 2)], ANY),
@@ -385,3 +410,13 @@ def test_fmod_and_mod_divisor_cotangent_where_the_quotient_rounds_low():
     gy, gx = g(y, x)
     np.testing.assert_array_equal(gy, -np.trunc(x / y) - 2.0 * np.floor(x / y))
     np.testing.assert_array_equal(gx, [3.0, 3.0])
+
+
+def test_pinv_of_a_rank_deficient_matrix_is_a_clear_error():
+    """Its derivative needs an SVD: refused at compile time and, through a guard, at run time."""
+    x = np.random.default_rng(3).standard_normal((3, 4))
+    with pytest.raises(tj.TracingError, match="rank-deficient"):
+        tj.compile(lambda x: np.sum(np.linalg.pinv(x.T @ x)), x, cache=False)
+    g = tj.compile(lambda a: np.sum(np.linalg.pinv(a)), x.T @ x + np.eye(4), cache=False)
+    with pytest.raises(tj.TracingError, match="rank-deficient"):
+        g(x.T @ x)
