@@ -1116,9 +1116,14 @@ def _input_type(value: Any, position: int) -> tuple[Type, np.ndarray]:
     if isinstance(value, (bool, np.bool_)) or not isinstance(
         value, (int, float, np.integer, np.floating, np.ndarray)
     ):
+        hint = (
+            " (pass np.asarray(...) for an array; a tuple or dict of arrays is a pytree)"
+            if isinstance(value, list)
+            else ""
+        )
         raise TypeError(
             f"argument {position}: expected a float64 array or a real number, "
-            f"got {type(value).__name__}"
+            f"got {type(value).__name__}{hint}"
         )
     arr = np.asarray(value)
     if not np.can_cast(arr.dtype, np.float64, "safe") or arr.dtype == np.bool_:
