@@ -1,0 +1,538 @@
+"""Re-rolling, part 1: finding the loops — the chains a Python loop leaves in the trace, their
+periods, and the runs of isomorphic iterations whose index attributes are affine in the
+iteration number (:func:`_find_runs`). :mod:`tapejit.passes.reroll` builds the loop nodes and
+documents the whole pass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .. import ir, ops
+from ..ir import Node, Type
+from ..ops import Op
+
+#: The shortest run of iterations worth a loop.
+MIN_RUN = 16
+#: Nodes one iteration may have (beyond that it is not an element loop; the walks recurse).
+MAX_BODY = 250
+#: The most chain nodes one iteration may span (``e = e + a + b`` spans two).
+MAX_PERIOD = 6
+#: Ops whose chains carry an array through indexed writes (map mode possible).
+_WRITES = (Op.SCATTER, Op.SCATTER_ADD)
+_EXACT_INT = 2.0**52
+
+
+
+# ----------------------------------------------------------------------------------------------
+# Chains
+
+
+def _chains(nodes: list[Node]) -> list[list[Node]]:
+    """Maximal chains (see the module docstring) of at least ``MIN_RUN`` nodes.
+
+    ``L(u)``, the longest path of nodes of ``u``'s type ending at ``u``, is what tells the
+    carry from the terms: the carry is the operand with the longest path behind it (it goes
+    back through every earlier iteration), a term's path stays within its iteration. A chain is
+    followed back from its end through those operands, and stops where two operands tie."""
+    L: dict[int, int] = {}
+    pred: dict[int, Node] = {}
+    for u in nodes:
+        if u.op in ops.LEAF or u.op == Op.LOOP or not u.args or u.dtype != "f64":
+            continue
+        if u.op in _WRITES:  # the accumulator is the carry of an indexed write
+            cands = [u.args[0]] if id(u.args[0]) in L and u.args[0].type == u.type else []
+        else:
+            cands = [a for a in dict.fromkeys(u.args) if a.type == u.type and id(a) in L]
+        if not cands:
+            L[id(u)] = 1
+            continue
+        cands.sort(key=lambda a: -L[id(a)])
+        L[id(u)] = 1 + L[id(cands[0])]
+        if len(cands) == 1 or L[id(cands[0])] > L[id(cands[1])]:
+            pred[id(u)] = cands[0]
+    is_pred = {id(p) for p in pred.values()}
+    tails = [u for u in nodes if id(u) in pred and id(u) not in is_pred and L[id(u)] >= MIN_RUN]
+    tails.sort(key=lambda u: -L[id(u)])
+    taken: set[int] = set()
+    chains = []
+    for t in tails:
+        chain = [t]
+        taken.add(id(t))
+        while id(chain[-1]) in pred and id(pred[id(chain[-1])]) not in taken:
+            chain.append(pred[id(chain[-1])])
+            taken.add(id(chain[-1]))
+        if len(chain) >= MIN_RUN:
+            chain.reverse()
+            chains.append(chain)
+    return chains
+
+
+def _signature(n: Node) -> tuple:
+    return (n.op, tuple(sorted(str(a.op) for a in n.args)))
+
+
+def _periodic_part(chain: list[Node], p: int) -> tuple[int, int]:
+    """``(lo, hi)``: the chain positions between which its ops repeat with period ``p``."""
+    sig = [_signature(n) for n in chain]
+    lo, hi = 0, len(chain)
+    while lo + p < hi and sig[lo] != sig[lo + p]:
+        lo += 1
+    while hi - 1 - p >= lo and sig[hi - 1] != sig[hi - 1 - p]:
+        hi -= 1
+    return lo, hi
+
+
+def _periods(chain: list[Node]) -> list[int]:
+    """The periods (chain nodes per iteration) worth trying, shortest first: those at which
+    the chain's ops repeat for at least a quarter of it (a cheap filter before matching)."""
+    sig = [_signature(n) for n in chain]
+    out = []
+    for p in range(1, MAX_PERIOD + 1):
+        if len(chain) < p * MIN_RUN:
+            break
+        same = sum(1 for a, b in zip(sig, sig[p:]) if a == b)
+        if same * 4 >= len(chain):
+            out.append(p)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Matching iterations
+
+
+class _Fail(Exception):
+    pass
+
+
+def _split_items(items: tuple) -> tuple[tuple, tuple[int, ...]] | None:
+    """``(pattern, ints)``: the static part of an index (slices, and where the ints are) and its
+    integer components; ``None`` for an index that is not plain ints and slices."""
+    pattern, ints = [], []
+    for it in items:
+        if isinstance(it, tuple):
+            pattern.append(it)
+        elif type(it) is int:
+            pattern.append(None)
+            ints.append(it)
+        else:
+            return None
+    return tuple(pattern), tuple(ints)
+
+
+@dataclass
+class _Template:
+    """The shape of one iteration, from the reference iteration ``s``: for each node of it
+    (by id) its kind — ``node`` (matched op by op), ``carry``, ``same``, ``xs``, ``iconst``,
+    ``rmw`` — and the order of its leaves."""
+
+    s: int
+    kind: dict[int, str] = field(default_factory=dict)
+    ref: dict[int, Node] = field(default_factory=dict)  # id -> reference node
+    leaves: list[Node] = field(default_factory=list)  # xs/iconst/same/rmw leaves, first-seen
+    root_varies: bool = False
+
+
+class _Matcher:
+    """Parallel walks of iterations against a reference iteration.
+
+    A walk pairs each node ``R`` of the reference iteration ``s`` with a tuple ``Ns``: the
+    corresponding node of each iteration walked. Building a template walks *two* iterations,
+    ``s+1`` and ``s+2``, so that an index must move by the same step twice: commutative
+    operands (in digest order, not the user's) are paired the way that makes every index
+    affine, by backtracking. Checking an iteration walks one, against the index values the
+    template predicts for it (``expect``)."""
+
+    def __init__(self, chain: list[Node], chain_ids: set[int], guarded: set[int]):
+        self.chain = chain
+        self.chain_ids = chain_ids
+        self.guarded = guarded
+
+    def walk(self, tpl: _Template, ks: tuple[int, ...], building: bool, free: bool = False,
+             expect: dict | None = None) -> dict:  # fmt: skip
+        """Match iterations ``ks`` against ``tpl`` (``building``: decide its kinds). Returns
+        ``env`` (reference id -> tuple of nodes) and ``carry`` (the carries read). ``free``:
+        the carry is whichever operand matches (the first iteration of a loop)."""
+        chain = self.chain
+        carry = tuple(None if free or k == 0 else chain[k - 1] for k in ks)
+        st = {"env": {}, "carry": carry, "log": [], "count": 0, "ks": ks, "expect": expect}
+        R = chain[tpl.s]
+        Ns = tuple(chain[k] for k in ks)
+        for N in Ns:
+            if R.op != N.op or R.type != N.type or len(R.args) != len(N.args):
+                raise _Fail
+            if id(N) in self.guarded:
+                raise _Fail
+        if any(N.attrs != R.attrs for N in Ns):
+            if R.op not in _WRITES:
+                raise _Fail
+            if building:
+                tpl.root_varies = True
+            elif not tpl.root_varies:
+                raise _Fail
+            sr = _split_items(R.attrs)
+            sns = [_split_items(N.attrs) for N in Ns]
+            if sr is None or any(sn is None or sn[0] != sr[0] for sn in sns):
+                raise _Fail
+            self._check_ints(st, "__root__", sr[1], [sn[1] for sn in sns], building)
+        elif tpl.root_varies:
+            raise _Fail
+        st["env"][id(R)] = Ns
+        self._args(tpl, st, R, Ns, building)
+        return st
+
+    def check(self, tpl: _Template, k: int, free: bool, expect: dict) -> dict | None:
+        """:meth:`walk` of one iteration against a built template (the fast path: most of
+        the pass's time is here). Returns ``{"env", "carry"}`` or ``None``."""
+        chain, kinds, guarded, chain_ids = self.chain, tpl.kind, self.guarded, self.chain_ids
+        commutative, split, INDEX, CONST = ir.commutative, _split_items, Op.INDEX, Op.CONST
+        R0, N0 = chain[tpl.s], chain[k]
+        if R0.op != N0.op or R0.type != N0.type or id(N0) in guarded:
+            return None
+        if tpl.root_varies:
+            sn = split(N0.attrs)
+            if sn is None or sn[0] != split(R0.attrs)[0] or sn[1] != expect["__root__"]:
+                return None
+        elif N0.attrs != R0.attrs:
+            return None
+        env: dict[int, Node] = {id(R0): N0}
+        added: list[int] = []
+        carry = [None if free or k == 0 else chain[k - 1]]
+
+        def pair(R: Node, N: Node) -> bool:
+            got = env.get(id(R))
+            if got is not None:
+                return got is N
+            kd = kinds.get(id(R))
+            if kd is None:
+                return False
+            env[id(R)] = N
+            added.append(id(R))
+            if kd == "node":
+                if (
+                    N.op != R.op
+                    or N.attrs != R.attrs
+                    or N.type != R.type
+                    or id(N) in chain_ids
+                    or id(N) in guarded
+                    or len(N.args) != len(R.args)
+                ):
+                    return False
+                return args(R, N)
+            if kd == "same":
+                return N is R
+            if kd == "carry":
+                if carry[0] is None:
+                    if N.type != R.type:
+                        return False
+                    carry[0] = N
+                    added.append(-1)  # undo marker: forget the carry
+                    return True
+                return N is carry[0]
+            if id(N) in guarded:
+                return False
+            if kd == "xs":
+                if N.op != INDEX or N.args[0] is not R.args[0]:
+                    return False
+                sn = split(N.attrs)
+                return sn is not None and sn[1] == expect[id(R)] and sn[0] == split(R.attrs)[0]
+            if kd == "iconst":
+                v = N.attrs[0] if N.op == CONST and N.type == R.type else None
+                return isinstance(v, float) and v == int(v) and (int(v),) == expect[id(R)]
+            if kd == "rmw":
+                return N.op == INDEX and N.args[0] is carry[0] and N.attrs == N0.attrs
+            return False
+
+        def undo(mark: int) -> None:
+            while len(added) > mark:
+                key = added.pop()
+                if key == -1:
+                    carry[0] = None
+                else:
+                    del env[key]
+
+        def args(R: Node, N: Node) -> bool:
+            ra, na = R.args, N.args
+            if len(ra) == 2 and R.op in commutative:
+                mark = len(added)
+                if pair(ra[0], na[0]) and pair(ra[1], na[1]):
+                    return True
+                undo(mark)
+                return pair(ra[0], na[1]) and pair(ra[1], na[0])
+            for a, b in zip(ra, na):
+                if not pair(a, b):
+                    return False
+            return True
+
+        if not args(R0, N0):
+            return None
+        if len(env) > MAX_BODY * 4:
+            return None
+        return {"env": {key: (n,) for key, n in env.items()}, "carry": (carry[0],)}
+
+    def _check_ints(self, st, key, ref_ints, ints, building) -> None:
+        """An index of the iterations walked is where the template puts it."""
+        expect = st["expect"]
+        if expect is not None:
+            if tuple(ints[0]) != expect[key]:
+                raise _Fail
+        elif (
+            building
+            and len(ints) == 2  # s, s+1, s+2: equal steps
+            and any(c - a != 2 * (b - a) for a, b, c in zip(ref_ints, ints[0], ints[1]))
+        ):
+            raise _Fail
+
+    def _args(self, tpl, st, R, Ns, building):
+        if len(R.args) == 2 and R.op in ir.commutative:
+            r0, r1 = R.args
+            combos = [()]
+            for N in Ns:  # each iteration's operands, as they are or swapped
+                combos = [c + (N.args,) for c in combos] + [
+                    c + ((N.args[1], N.args[0]),) for c in combos
+                ]
+            mark = self._mark(st)
+            for k, combo in enumerate(combos):
+                try:
+                    self._pair(tpl, st, r0, tuple(c[0] for c in combo), building)
+                    self._pair(tpl, st, r1, tuple(c[1] for c in combo), building)
+                    return
+                except _Fail:
+                    self._undo(tpl, st, mark)
+                    if k == len(combos) - 1:
+                        raise
+            return
+        for p, a in enumerate(R.args):
+            self._pair(tpl, st, a, tuple(N.args[p] for N in Ns), building)
+
+    def _mark(self, st):
+        return len(st["log"]), st["carry"]
+
+    def _undo(self, tpl, st, mark):
+        n, carry = mark
+        log = st["log"]
+        while len(log) > n:
+            what, key = log.pop()
+            if what == "env":
+                del st["env"][key]
+            else:
+                del tpl.kind[key]
+                tpl.ref.pop(key, None)
+                if tpl.leaves and id(tpl.leaves[-1]) == key:
+                    tpl.leaves.pop()
+        st["carry"] = carry
+
+    def _set_kind(self, tpl, st, R, kind):
+        tpl.kind[id(R)] = kind
+        tpl.ref[id(R)] = R
+        st["log"].append(("kind", id(R)))
+        if kind in ("same", "xs", "iconst", "rmw"):
+            tpl.leaves.append(R)
+
+    def _pair(self, tpl: _Template, st: dict, R: Node, Ns: tuple, building: bool) -> None:
+        env = st["env"]
+        got = env.get(id(R))
+        if got is not None:
+            if any(g is not n for g, n in zip(got, Ns)):
+                raise _Fail
+            return
+        kind = tpl.kind.get(id(R))
+        if kind is None:
+            if not building:
+                raise _Fail
+            kind = self._decide(tpl, R, Ns)
+            self._set_kind(tpl, st, R, kind)
+        env[id(R)] = Ns
+        st["log"].append(("env", id(R)))
+        if kind == "carry":
+            carry = list(st["carry"])
+            for j, N in enumerate(Ns):
+                if carry[j] is None:  # a first iteration: its carry is what matches here
+                    if N.type != R.type:
+                        raise _Fail
+                    carry[j] = N
+                elif N is not carry[j]:
+                    raise _Fail
+            st["carry"] = tuple(carry)
+            return
+        if kind == "same":
+            if any(N is not R for N in Ns):
+                raise _Fail
+            return
+        if any(id(N) in self.guarded for N in Ns):
+            raise _Fail
+        if kind == "xs":
+            sr = _split_items(R.attrs)
+            ints = []
+            for N in Ns:
+                if N.op != Op.INDEX or N.args[0] is not R.args[0]:
+                    raise _Fail
+                sn = _split_items(N.attrs)
+                if sn is None or sn[0] != sr[0]:
+                    raise _Fail
+                ints.append(sn[1])
+            self._check_ints(st, id(R), sr[1], ints, building)
+            return
+        if kind == "iconst":
+            ints = []
+            for N in Ns:
+                if N.op != Op.CONST or N.type != R.type:
+                    raise _Fail
+                v = N.attrs[0]
+                if not isinstance(v, float) or v != int(v) or abs(v) >= _EXACT_INT:
+                    raise _Fail
+                ints.append((int(v),))
+            self._check_ints(st, id(R), (int(R.attrs[0]),), ints, building)
+            return
+        if kind == "rmw":  # the carried array read where this iteration writes
+            for j, (k, N) in enumerate(zip(st["ks"], Ns)):
+                root = self.chain[k]
+                if N.op != Op.INDEX or N.args[0] is not st["carry"][j] or N.attrs != root.attrs:
+                    raise _Fail
+            return
+        # an internal node
+        for N in Ns:
+            if id(N) in self.chain_ids or N.op in ops.LEAF:
+                raise _Fail
+            if R.op != N.op or R.type != N.type or R.attrs != N.attrs:
+                raise _Fail
+            if len(R.args) != len(N.args):
+                raise _Fail
+        st["count"] += 1
+        if st["count"] > MAX_BODY:
+            raise _Fail
+        self._args(tpl, st, R, Ns, building)
+
+    def _decide(self, tpl: _Template, R: Node, Ns: tuple) -> str:
+        carry_ref = self.chain[tpl.s - 1]
+        if R is carry_ref:
+            return "carry"
+        if id(R) in self.chain_ids:
+            raise _Fail
+        if all(N is R for N in Ns):
+            return "same"
+        if R.op == Op.INDEX and all(N.op == Op.INDEX for N in Ns):
+            root = self.chain[tpl.s]
+            if tpl.root_varies and R.args[0] is carry_ref and R.attrs == root.attrs:
+                return "rmw"
+            if all(N.args[0] is R.args[0] for N in Ns) and R.dtype == "f64":
+                sr = _split_items(R.attrs)
+                if sr is not None and all(
+                    (sn := _split_items(N.attrs)) is not None and sn[0] == sr[0] for N in Ns
+                ):
+                    return "xs"
+        if (
+            R.op == Op.CONST
+            and R.type == Type(())
+            and all(N.op == Op.CONST and N.type == R.type for N in Ns)
+            and any(N.attrs != R.attrs for N in Ns)
+            and isinstance(R.attrs[0], float)
+            and R.attrs[0] == int(R.attrs[0])
+            and abs(R.attrs[0]) < _EXACT_INT
+        ):
+            return "iconst"
+        return "node"
+
+
+def _leaf_ints(kind: str, n: Node) -> tuple:
+    if kind == "xs":
+        return _split_items(n.attrs)[1]
+    if kind == "iconst":
+        return (int(n.attrs[0]),)
+    return ()
+
+
+@dataclass
+class _Run:
+    tpl: _Template
+    lo: int  # first iteration (chain position)
+    hi: int  # last iteration
+    init: Node  # the carry of iteration lo
+    first: dict  # reference id -> leaf node of iteration lo
+    steps: dict  # reference id -> per-iteration increments of the leaf's ints
+    root_first_items: tuple = ()  # the written position of iteration lo (map mode)
+    root_step: tuple = ()
+
+
+def _find_runs(chain: list[Node], chain_ids: set[int], guarded: set[int]) -> list[_Run]:
+    """Runs of at least ``MIN_RUN`` consecutive iterations of ``chain`` that match one
+    template with affine indices, in order, not overlapping."""
+    m = _Matcher(chain, chain_ids, guarded)
+    free_m = _Matcher(chain, set(), guarded)  # a first iteration's walk (MAX_BODY bounds it)
+    runs: list[_Run] = []
+    floor = 0  # iterations before this belong to an earlier run
+    s = 1
+    while s + 2 < len(chain):
+        tpl = _Template(s)
+        try:
+            st = m.walk(tpl, (s + 1, s + 2), True)
+            base = _facts(tpl, None, chain[s])
+            nxt = _facts(tpl, st, chain[s + 1])
+        except _Fail:
+            s += 1
+            continue
+        step = {key: tuple(b - a for a, b in zip(base[key], nxt[key])) for key in base}
+        if not _steps_ok(tpl, step):
+            s += 1
+            continue
+
+        def fits(k: int, free: bool = False, s=s, tpl=tpl, base=base, step=step) -> dict | None:
+            d = k - s
+            expect = {key: tuple(b + d * e for b, e in zip(base[key], step[key])) for key in base}
+            return (free_m if free else m).check(tpl, k, free, expect)
+
+        hi = s + 2
+        while hi + 1 < len(chain) and fits(hi + 1) is not None:
+            hi += 1
+        lo, lo_st = s, None
+        while lo - 1 >= floor:
+            st = fits(lo - 1)
+            if st is None:
+                # the first iteration of the loop: its carry may be any operand (the chain
+                # found may go on back into that iteration's term, or to a value computed
+                # before the loop that is not a chain node)
+                st = fits(lo - 1, free=True)
+                if st is not None:
+                    lo, lo_st = lo - 1, st
+                break
+            lo, lo_st = lo - 1, st
+        if hi - lo + 1 >= MIN_RUN:
+            if lo_st is None:
+                first = {id(r): r for r in tpl.leaves}
+                init = chain[s - 1]
+            else:
+                first = {id(r): lo_st["env"][id(r)][0] for r in tpl.leaves}
+                init = lo_st["carry"][0]
+            root_step = step.pop("__root__", ())
+            runs.append(_Run(tpl, lo, hi, init, first, step, chain[lo].attrs, root_step))
+            floor = hi + 1
+            s = hi + 2
+        else:
+            s = max(s + 1, hi - 1)
+    return runs
+
+
+def _facts(tpl: _Template, st: dict | None, root: Node) -> dict:
+    """The integers of each leaf of one iteration: the reference itself (``st`` None) or the
+    first iteration walked in ``st``."""
+    out = {}
+    for r in tpl.leaves:
+        n = r if st is None else st["env"][id(r)][0]
+        out[id(r)] = _leaf_ints(tpl.kind[id(r)], n)
+    if tpl.root_varies:
+        out["__root__"] = _split_items(root.attrs)[1]
+    return out
+
+
+def _steps_ok(tpl: _Template, step: dict) -> bool:
+    """At most one varying integer per index (one scanned axis), and a written position that
+    moves (map mode)."""
+    for d in step.values():
+        if sum(1 for v in d if v != 0) > 1:
+            return False
+    if tpl.root_varies:
+        d = step.get("__root__", ())
+        if sum(1 for v in d if v != 0) != 1:
+            return False
+    return True
+
+
