@@ -248,13 +248,18 @@ def _raveled(f: Callable, args: Sequence[Any], argnums: Any, mode: str):
     return r, g, vec, others
 
 
-def _arrays(name: str, values: Any) -> tuple:
+def _seq(name: str, values: Any) -> tuple:
     if not isinstance(values, (tuple, list)):
-        raise TypeError(f"{name} must be a tuple or list of arrays, got {type(values).__name__}")
+        raise TypeError(f"{name} must be a tuple or list, got {type(values).__name__}")
+    return tuple(values)
+
+
+def _arrays(name: str, values: Any) -> tuple:
+    values = _seq(name, values)
     for k, v in enumerate(values):
         if not is_array_like(v):
             raise TypeError(f"{name}[{k}] must be a float64 array or a number, got {type(v).__name__}")
-    return tuple(values)
+    return values
 
 
 def _split_outputs(flat: Any, n: int) -> tuple:
@@ -273,11 +278,12 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[A
     Raises ``TypeError``/``ValueError`` naming the tangent whose type or shape is wrong, and
     :class:`tapejit.TracingError` when ``f`` cannot be traced.
     """
-    if any(is_container(p) for p in _seq("primals", primals)):
-        return _tree_jvp(f, tuple(primals), tuple(_seq("tangents", tangents)))
-    primals, tangents = _arrays("primals", primals), _arrays("tangents", tangents)
+    primals, tangents = _seq("primals", primals), _seq("tangents", tangents)
     if len(tangents) != len(primals):
         raise TypeError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
+    if any(is_container(p) for p in primals):
+        return _tree_jvp(f, primals, tangents)
+    primals, tangents = _arrays("primals", primals), _arrays("tangents", tangents)
     for k, (p, t) in enumerate(zip(primals, tangents)):
         if np.shape(p) != np.shape(t):
             raise ValueError(
@@ -289,15 +295,7 @@ def jvp(f: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[A
     return (ys[0], ts[0]) if len(ys) == 1 else (ys, ts)
 
 
-def _seq(name: str, values: Any) -> tuple:
-    if not isinstance(values, (tuple, list)):
-        raise TypeError(f"{name} must be a tuple or list, got {type(values).__name__}")
-    return tuple(values)
-
-
 def _tree_jvp(f: Callable, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
-    if len(tangents) != len(primals):
-        raise TypeError(f"jvp: {len(primals)} primals but {len(tangents)} tangents")
     nums = tuple(range(len(primals)))
     r, g, vec, others = _raveled(f, primals, nums, "jvp")
     t = r.vector_of(tangents, "jvp: tangents")

@@ -64,14 +64,13 @@ class _Workspace(threading.local):
 
 
 class _Buffers:
-    """A workspace and value output owned by one caller at a time (the fast path holds the
-    GIL, so one set suffices; a batch takes one per thread from a pool)."""
+    """A 64-byte aligned workspace owned by one caller at a time (a fast-path slot, or one
+    thread of a batch, taken from a pool)."""
 
     def __init__(self, nbytes: int):
         raw = np.zeros(nbytes + 64, dtype=np.uint8)
         start = (-raw.ctypes.data) % 64
         self.ws = raw[start : start + max(nbytes, 1)]
-        self.value = np.zeros((), dtype=np.float64)
 
 
 @contextlib.contextmanager
