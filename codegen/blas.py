@@ -1,17 +1,24 @@
-"""The host's BLAS for large matrix products: ``dgemm`` from the BLAS scipy ships
-(``scipy.linalg.cython_blas``), called by generated code through a function pointer.
+"""The host's BLAS and LAPACK: ``dgemm`` for large matrix products and ``dsyevd`` for
+symmetric eigenproblems, from the libraries scipy ships (``scipy.linalg.cython_blas`` and
+``cython_lapack``), called by generated code through function pointers.
 
 :func:`tapejit.codegen.lower` emits, for a matrix product of at least :data:`MIN_MULTIPLY_ADDS`
 multiply-adds, a call through the global :data:`SYMBOL` when it is set and its own loops when it
 is null; :func:`bind` sets it in a loaded code library. Without scipy (an optional dependency),
 and in exported object files, the pointer stays null and the loops run. ``dgemm`` allocates no
 memory per call once the BLAS library is initialised.
+
+``eigh`` nodes (built only when :func:`lapack_available`) call ``dsyevd`` through
+:data:`SYEVD_SYMBOL` — the routine numpy's ``np.linalg.eigh`` calls, so the eigenvectors' signs
+agree with numpy's — with their work arrays on the stack; where that pointer is null (an
+unpickled function on a host without scipy) they return NaN rather than run.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 
 #: The global (an ``i8*``) a module reads the ``dgemm`` address from.
 SYMBOL = "tapejit.dgemm"
@@ -22,14 +29,33 @@ SYMBOL = "tapejit.dgemm"
 MIN_MULTIPLY_ADDS = 96**3
 
 
+#: The global (an ``i8*``) a module reads the ``dsyevd`` address from.
+SYEVD_SYMBOL = "tapejit.dsyevd"
+
+
 @functools.cache
 def dgemm_address() -> int | None:
     """The address of scipy's BLAS ``dgemm`` (Fortran calling convention), or ``None``."""
+    return _address("cython_blas", "dgemm")
+
+
+@functools.cache
+def dsyevd_address() -> int | None:
+    """The address of scipy's LAPACK ``dsyevd`` (Fortran calling convention), or ``None``."""
+    return _address("cython_lapack", "dsyevd")
+
+
+def lapack_available() -> bool:
+    """Whether generated code can call LAPACK's ``dsyevd`` on this host (scipy installed)."""
+    return dsyevd_address() is not None
+
+
+def _address(module: str, name: str) -> int | None:
     try:
-        from scipy.linalg import cython_blas
+        lib = importlib.import_module(f"scipy.linalg.{module}")
     except ImportError:
         return None
-    capsule = cython_blas.__pyx_capi__.get("dgemm")
+    capsule = lib.__pyx_capi__.get(name)
     if capsule is None:
         return None
     get_name = ctypes.pythonapi.PyCapsule_GetName
@@ -40,14 +66,17 @@ def dgemm_address() -> int | None:
 
 
 def bind(global_address) -> bool:
-    """Point a loaded library's :data:`SYMBOL` at ``dgemm`` (``global_address(name)`` finds a
-    global or raises ``KeyError``); returns whether it was set."""
-    try:
-        where = global_address(SYMBOL)
-    except KeyError:
-        return False
-    address = dgemm_address()
-    if address is None:
-        return False
-    ctypes.c_void_p.from_address(where).value = address
-    return True
+    """Point a loaded library's :data:`SYMBOL` at ``dgemm`` and :data:`SYEVD_SYMBOL` at
+    ``dsyevd`` where it has them (``global_address(name)`` finds a global or raises
+    ``KeyError``); returns whether any was set."""
+    done = False
+    for symbol, address in ((SYMBOL, dgemm_address), (SYEVD_SYMBOL, dsyevd_address)):
+        try:
+            where = global_address(symbol)
+        except KeyError:
+            continue
+        target = address()
+        if target is not None:
+            ctypes.c_void_p.from_address(where).value = target
+            done = True
+    return done

@@ -1163,6 +1163,69 @@ def _blas_gemm(L: Lowering, m: int, k: int, cols: int, pa, pb, pc) -> None:
     ])  # fmt: skip
 
 
+def _stack_array(L: Lowering, ty: ir.Type, count: int) -> ir.Value:
+    """A ``count``-element array of ``ty`` in the function's frame (an entry-block alloca)."""
+    with L.b.goto_entry_block():
+        return L.b.alloca(ty, count)
+
+
+def _lower_eigh(L: Lowering, n: Node) -> None:
+    """``eigh(a)`` by LAPACK's ``dsyevd`` ('V', attrs[0]) through :data:`blas.SYEVD_SYMBOL` on a
+    copy of ``a`` in the frame (column-major; ``a`` is symmetric); row 0 of the result takes
+    the eigenvalues, rows 1..n the eigenvectors (LAPACK returns them as columns of its copy).
+    A null pointer (no LAPACK bound) or ``info != 0`` (no convergence) gives NaN."""
+    (a,) = n.args
+    m = a.shape[0]  # at most ops.EIGH_MAX: the frame holds the work arrays
+    b = L.b
+    lwork, liwork = 1 + 6 * m + 2 * m * m, 3 + 5 * m
+    work = _stack_array(L, F64, m * m + m + lwork)  # the copy, the eigenvalues, dsyevd's work
+    ints = _stack_array(L, I32, liwork + 5)  # n, lda, lwork, liwork, info, iwork
+    chars = _stack_array(L, I8, 2)
+    out = L.ptr(n)
+    with L.loop(m) as j:  # copy[i + j m] = a[i, j]
+        with L.loop(m) as i:
+            v = L.load(a, L.affine([i, j], 0, (m, 1)))
+            b.store(v, b.gep(work, [L.affine([i, j], 0, (1, m))], inbounds=True))
+
+    def cell(p, k, value=None):
+        q = b.gep(p, [I64(k)], inbounds=True)
+        if value is not None:
+            b.store(value, q)
+        return q
+
+    for k, v in enumerate((m, m, lwork, liwork, 0)):
+        cell(ints, k, I32(v))
+    cell(chars, 0, I8(ord("V")))
+    cell(chars, 1, I8(ord(n.attrs[0])))
+    g = L.module.globals.get(blas.SYEVD_SYMBOL)
+    if g is None:
+        g = ir.GlobalVariable(L.module, I8P, name=blas.SYEVD_SYMBOL)
+        g.initializer = ir.Constant(I8P, None)
+    fp = b.load(g)
+    bound = b.icmp_unsigned("!=", fp, ir.Constant(I8P, None))
+    with b.if_then(bound):
+        ip, dp = I32.as_pointer(), F64.as_pointer()
+        # jobz, uplo, n, a, lda, w, work, lwork, iwork, liwork, info
+        fnty = ir.FunctionType(ir.VoidType(), [I8P, I8P, ip, dp, ip, dp, dp, ip, ip, ip, ip])
+        b.call(b.bitcast(fp, fnty.as_pointer()), [
+            cell(chars, 0), cell(chars, 1), cell(ints, 0), work, cell(ints, 1),
+            cell(work, m * m), cell(work, m * m + m), cell(ints, 2), cell(ints, 5),
+            cell(ints, 3), cell(ints, 4),
+        ])  # fmt: skip
+    ok = b.and_(bound, b.icmp_signed("==", b.load(cell(ints, 4)), I32(0)))
+    nan = F64(math.nan)
+    with L.loop(m) as j:
+        w = b.load(b.gep(work, [b.add(j, I64(m * m))], inbounds=True))
+        L.store_to(out, j, b.select(ok, w, nan), "f64")
+        with L.loop(m) as i:  # result[1 + i, j] = copy[i + j m]
+            v = b.load(b.gep(work, [L.affine([i, j], 0, (1, m))], inbounds=True))
+            L.store_to(out, L.affine([i, j], m, (m, 1)), b.select(ok, v, nan), "f64")
+
+
+def _lower_linalg(L: Lowering, n: Node) -> None:
+    (_lower_eigh if n.op == Op.EIGH else _lower_matmul)(L, n)
+
+
 def _matmul_loops(L: Lowering, n: Node, m, k, cols) -> None:
     """The generated loops of :func:`_lower_matmul`."""
     a, bm = n.args
@@ -1379,7 +1442,7 @@ LOWER: dict[str, Callable[[Lowering, Node], None]] = {
     "reduce": _lower_reduce,
     "shape": _lower_shape,
     "index": _lower_index,
-    "linalg": _lower_matmul,
+    "linalg": _lower_linalg,
     "control": _lower_loop_node,
     "leaf": _lower_const,
 }

@@ -22,12 +22,15 @@ matrices up to ~30 x 30 (compile time grows with n, run time as n^3); batched in
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .np_common import _like, _t
 from .np_shape import _concatenate, _stack
+from . import ops
 from .ops import Op
-from .tracing import _fail, _reduce, _reshape, _where
+from .tracing import _build, _fail, _reduce, _reshape, _where
 
 
 def _square(a, name: str):
@@ -191,15 +194,43 @@ def _eigh2(a, uplo="L"):
     return _stack(w), _stack(cols, axis=1)
 
 
+@functools.cache
+def _lapack_available() -> bool:
+    """Whether scipy's LAPACK (which generated code calls for ``eigh``) is installed."""
+    try:
+        from scipy.linalg import cython_lapack
+    except ImportError:
+        return False
+    return "dsyevd" in cython_lapack.__pyx_capi__
+
+
+def _eigh_lapack(a, uplo="L"):
+    """One ``eigh`` node (LAPACK ``dsyevd``, as numpy) on the matrix symmetrised from the
+    triangle LAPACK reads; its derivative rules are the closed-form ones (ops._eigh_vjp)."""
+    n = a.shape[0]
+    low = np.tril(a) if uplo == "L" else np.triu(a).T
+    sym = low + np.tril(low, -1).T
+    out = _build(lambda m: ops.make(Op.EIGH, m, attrs=(uplo,)), sym)
+    return out[0], out[1:]
+
+
 def eigh(a, UPLO="L"):
     """``np.linalg.eigh(a)`` -> ``(w, v)``: eigenvalues ascending and orthonormal eigenvectors
-    (columns) of symmetric ``a`` (..., n, n), by :data:`JACOBI_SWEEPS` cyclic Jacobi sweeps —
-    meant for n <= ~10 (n^4 work per sweep). Eigenvectors are defined up to sign (numpy's
-    LAPACK may pick the other); a function of them that does not depend on the signs (``v @
-    diag(f(w)) @ v.T``) matches numpy. The gradient is undefined where eigenvalues coincide."""
+    (columns) of symmetric ``a`` (..., n, n), reading only the ``UPLO`` triangle as numpy does.
+
+    With scipy installed (its LAPACK), by a call to LAPACK's ``dsyevd`` — the routine numpy
+    calls, so the eigenvectors' signs agree with numpy's — for n <= 96 (its work arrays live on
+    the stack); the derivatives are the closed-form rules (Giles 2008, sec. 3.1: with F[i, j] =
+    1/(w_j - w_i), dV = V (F o V^T dA V), dw = diag(V^T dA V)). Without scipy, or for larger n,
+    by :data:`JACOBI_SWEEPS` cyclic Jacobi sweeps — meant for n <= ~10 (n^4 work per sweep),
+    whose eigenvectors may have the other sign than numpy's (a function of them that does not
+    depend on the signs, ``v @ diag(f(w)) @ v.T``, matches). The gradient is undefined (inf or
+    NaN) where eigenvalues coincide."""
     a = _square(a, "eigh")
     if UPLO not in ("L", "U"):
         raise _fail(f"numpy.linalg.eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    if a.shape[-1] <= ops.EIGH_MAX and _lapack_available():
+        return _batched(lambda m: _eigh_lapack(m, UPLO), a)
     return _batched(lambda m: _eigh2(m, UPLO), a)
 
 

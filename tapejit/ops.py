@@ -111,6 +111,7 @@ class Op(enum.StrEnum):
     SCATTER = "scatter"
     # linear algebra
     MATMUL = "matmul"
+    EIGH = "eigh"
     # control
     LOOP = "loop"
     # a derivative given by hand (tapejit.custom): its value is its first operand
@@ -385,6 +386,21 @@ def _matmul(types, attrs):
         )
     matmul_dims(a.shape, b.shape)
     return Type(a.shape[:1] if b.ndim == 1 else a.shape[:-1] + b.shape[1:], "f64")
+
+
+#: Largest matrix an ``eigh`` node takes: codegen keeps LAPACK ``dsyevd``'s work arrays (1 + 6n
+#: + 2n^2 doubles, 3 + 5n ints) and a column-major copy on the stack — ~150 KiB at this size.
+EIGH_MAX = 96
+
+
+def _eigh(types, attrs):
+    (t,) = types
+    _need(types, "f64", "eigh")
+    if t.ndim != 2 or t.shape[0] != t.shape[1] or attrs not in (("L",), ("U",)):
+        raise ValueError(f"eigh needs one square matrix and UPLO 'L' or 'U', got {t.shape}, {attrs}")
+    if t.shape[0] > EIGH_MAX:
+        raise ValueError(f"eigh takes matrices up to {EIGH_MAX} x {EIGH_MAX}, got {t.shape}")
+    return Type((t.shape[0] + 1, t.shape[0]), "f64")
 
 
 def _leaf(types, attrs):
@@ -837,6 +853,57 @@ def _matmul_jvp(t, out, a, b):
         None if ta is None else make(Op.MATMUL, ta, b),
         None if tb is None else make(Op.MATMUL, a, tb),
     )
+
+
+def _eye(n: int) -> Node:
+    """The n x n identity: ones scattered along the diagonal of a zero fill."""
+    flat = make(Op.SCATTER, const(0.0, (n * n,)), const(1.0, (n,)), attrs=((0, n * n, n + 1),))
+    return reshape(flat, (n, n))
+
+
+def _eigh_parts(out: Node) -> tuple[Node, Node, Node, Node]:
+    """(w, V, eye, F) of an ``eigh`` result: eigenvalues (n,), eigenvectors (columns, n x n),
+    the identity, and F[i, j] = 1 / (w[j] - w[i]) off the diagonal, 0 on it (as JAX builds it:
+    1 / (w_j - w_i + I) - I)."""
+    n = out.shape[1]
+    w, v = index(out, (0,)), index(out, ((1, n + 1, 1),))
+    eye = _eye(n)
+    gaps = sub(reshape(w, (1, n)), reshape(w, (n, 1)))
+    return w, v, eye, sub(div(const(1.0), add(gaps, eye)), eye)
+
+
+def _eigh_vjp(g, out, a):
+    """Cotangent of a symmetric matrix from those of its eigenvalues and eigenvectors
+    (Giles 2008, sec. 3.1; Magnus & Neudecker): with S = V^T g_V, A_bar = V (diag(g_w) + F o S)
+    V^T, symmetrised (the op is defined on symmetric matrices; its operand is built from one
+    triangle, whose own VJP routes both halves back to it)."""
+    n = out.shape[1]
+    w, v, eye, f = _eigh_parts(out)
+    gw, gv = index(g, (0,)), index(g, ((1, n + 1, 1),))
+    inner = add(mul(eye, reshape(gw, (1, n))), mul(f, matmul(_transpose2(v), gv)))
+    full = matmul(matmul(v, inner), _transpose2(v))
+    return (mul(add(full, _transpose2(full)), const(0.5)),)
+
+
+def _eigh_jvp(t, out, a):
+    """Tangents of the eigenvalues and eigenvectors: with S = V^T sym(dA) V, dw = diag(S),
+    dV = V (F o S) (the same rule as :func:`_eigh_vjp`, forward)."""
+    (ta,) = t
+    if ta is None:
+        return None
+    n = out.shape[1]
+    w, v, eye, f = _eigh_parts(out)
+    sym = mul(add(ta, _transpose2(ta)), const(0.5))
+    s = matmul(matmul(_transpose2(v), sym), v)
+    dw = reduce(Op.REDUCE_SUM, mul(s, eye), (0,))
+    dv = matmul(v, mul(f, s))
+    acc = make(Op.SCATTER, const(0.0, out.shape), dv, attrs=((1, n + 1, 1),))
+    return make(Op.SCATTER, acc, dw, attrs=(0,))
+
+
+def _eigh_ref(attrs, x):
+    w, v = np.linalg.eigh(np.asarray(x, dtype=np.float64), UPLO=attrs[0])
+    return np.concatenate([w[None, :], v], axis=0)
 
 
 _ZERO_TANGENT = lambda t, out, *args: None  # noqa: E731
@@ -1304,6 +1371,9 @@ defop(Op.SCATTER, "index", 2, _scatter, _scatter_set_ref,
 # -- linear algebra, control, leaves
 defop(Op.MATMUL, "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),
       lambda g, out, a, b: _matmul_vjp(g, a, b), jvp=_matmul_jvp)
+# eigh(a): row 0 the eigenvalues (ascending), rows 1..n the eigenvectors (columns) of the
+# symmetric matrix a, by LAPACK's dsyevd reading triangle attrs[0] (codegen/blas.py)
+defop(Op.EIGH, "linalg", 1, _eigh, _eigh_ref, _eigh_vjp, jvp=_eigh_jvp)
 defop(Op.LOOP, "control", -1, _loop, _loop_ref, _loop_vjp, jvp=_loop_jvp)
 # custom(out, operands...): the value is out; the rules are the user's (attrs[0], a
 # tapejit.custom.Rule); the passes replace the node by out before code generation

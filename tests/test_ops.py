@@ -184,6 +184,12 @@ def _cases(op) -> list[Case]:
             Case(op, [(3, 4), (4,)], lambda a, b: ops.matmul(a, b), "[mat.vec]"),
             Case(op, [(4,), (4, 2)], lambda a, b: ops.matmul(a, b), "[vec.mat]"),
         ]
+    if op == "eigh":  # of a symmetric matrix (random ones have distinct eigenvalues)
+        sym = lambda x: ops.mul(ops.add(x, ops.transpose(x)), ops.const(0.5))  # noqa: E731
+        return [
+            Case(op, [(4, 4)], lambda x, u=u: ops.make(op, sym(x), attrs=(u,)), f"[{u}]")
+            for u in "LU"
+        ]
     if op == "loop":
         return [
             Case(op, [(4,), (3, 4), (4,)], lambda c, x, p: _loop_case(c, x, p, False), "[scan]"),

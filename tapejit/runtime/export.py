@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import tracing
-from ..codegen import aot
+from ..codegen import aot, blas
 
 if TYPE_CHECKING:
     from .variant import Variant
@@ -355,6 +355,12 @@ def export_variant(
         raise ValueError(
             "export writes gradients (compile(..., mode='grad')); a transformation's program "
             "(jvp, vjp, a Jacobian, an HVP, a Hessian) has no C header layout yet"
+        )
+    if blas.SYEVD_SYMBOL in variant.ir("llvm"):
+        raise ValueError(
+            "export: this gradient calls LAPACK (np.linalg.eigh) through scipy at run time, "
+            "which an exported object file cannot bind; compute the eigendecomposition outside "
+            "the exported function, or pickle the compiled gradient instead"
         )
     directory, stem = _destination(path, name)
     try:
