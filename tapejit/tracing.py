@@ -1117,7 +1117,7 @@ def _input_type(value: Any, position: int) -> tuple[Type, np.ndarray]:
         value, (int, float, np.integer, np.floating, np.ndarray)
     ):
         hint = (
-            " (pass np.asarray(...) for an array; a tuple or dict of arrays is a pytree)"
+            " (pass np.asarray(...) for an array; a tuple, dict or list of arrays is a pytree)"
             if isinstance(value, list)
             else ""
         )

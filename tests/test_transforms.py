@@ -154,6 +154,24 @@ def test_pytree_arguments_round_trip_and_match_the_flat_gradient():
     np.testing.assert_allclose(out[1], gx, rtol=1e-15)
 
 
+def test_a_list_of_arrays_is_a_pytree_and_a_list_of_numbers_is_not():
+    layers = [RNG.random((5, 6)), RNG.random((4, 3)), RNG.random((2, 4))]
+
+    def loss(ws):
+        return np.sum(np.sin(ws[0])) + np.sum(np.cos(ws[1]) * ws[1])
+
+    g = tj.compile(loss, layers, cache=False)(layers)
+    assert isinstance(g, list) and [a.shape for a in g] == [(5, 6), (4, 3), (2, 4)]
+    np.testing.assert_allclose(g[0], np.cos(layers[0]), rtol=1e-14)
+    np.testing.assert_allclose(g[1], np.cos(layers[1]) - np.sin(layers[1]) * layers[1], rtol=1e-13)
+    assert not g[2].any()
+    nested = [RNG.random(3), [RNG.random(2), (RNG.random(1),)]]
+    gn = tj.grad(lambda t: np.sum(t[0] ** 2) + np.sum(t[1][0]) * t[1][1][0][0])(nested)
+    np.testing.assert_allclose(gn[1][0], np.full(2, nested[1][1][0][0]), rtol=1e-15)
+    with pytest.raises(TypeError, match=r"argument 0.*got list.*np\.asarray"):
+        tj.compile(lambda x: np.sum(x), [1.0, 2.0])
+
+
 def test_has_aux_returns_aux_from_the_same_call():
     def loss(w, x):
         h = np.tanh(w * x)

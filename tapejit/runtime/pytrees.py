@@ -39,11 +39,14 @@ def is_array_like(a: Any) -> bool:
 
 def is_container(a: Any) -> bool:
     """An argument that is a pytree rather than a leaf: a tuple, dict, namedtuple or dataclass
-    instance. A top-level *list* is not (numpy users mean an array by it: it is rejected with the
-    advice to pass one); lists inside a pytree are nodes as usual. Anything else goes to the
-    compiled code as it is, and is validated there."""
+    instance, or a list that holds an array or another container (``[W1, W2]``, as JAX and
+    autograd take it). A top-level list of plain numbers is not (numpy users mean an array by
+    ``[1.0, 2.0]``: it is rejected with the advice to pass one); lists inside a pytree are nodes
+    as usual. Anything else goes to the compiled code as it is, and is validated there."""
     import dataclasses
 
+    if isinstance(a, list):
+        return any(isinstance(x, np.ndarray) or is_container(x) or isinstance(x, list) for x in a)
     return isinstance(a, (tuple, dict)) or (dataclasses.is_dataclass(a) and not isinstance(a, type))
 
 
