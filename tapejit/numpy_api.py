@@ -139,7 +139,9 @@ from .np_shape import (
     _vstack,
 )
 
-# the tracer's index hooks (tapejit/tracing.py looks them up here)
+# the tracer's index and object-array hooks (tapejit/tracing.py looks them up here)
+from .np_assemble import from_objects as from_objects
+from .np_assemble import object_elements as object_elements
 from .np_shape import advanced_getitem as advanced_getitem
 from .np_shape import advanced_setitem as advanced_setitem
 from .np_shape import is_basic_key as is_basic_key
@@ -319,7 +321,10 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
 
 from .numpy_linalg import FUNCTIONS as _LINALG  # noqa: E402  (it builds on the functions above)
 
+from .np_logic import FUNCTIONS as _LOGIC  # noqa: E402
+
 FUNCTIONS.update(_LINALG)
+FUNCTIONS.update(_LOGIC)
 
 
 def _function_name(fn: Callable) -> str:
@@ -339,7 +344,7 @@ def supported_markdown() -> str:
         for n in dir(Tracer)
         if not n.startswith("_")
         and hasattr(np.ndarray, n)
-        and n not in ("T", "shape", "ndim", "size", "dtype", "tolist")
+        and n not in ("T", "shape", "ndim", "size", "dtype", "device", "tolist")
     )
     return "\n".join(
         [

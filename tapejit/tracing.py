@@ -659,13 +659,15 @@ class Tracer:
         raise _conversion_error("complex()", self)
 
     def __array__(self, dtype=None, copy=None):
-        if self.node.shape == () and (dtype is None or np.dtype(dtype) == object):
-            # np.array([x0, x1]) of traced scalars: numpy builds an object array that holds the
-            # tracers themselves; numpy's object loops call their operators (and methods named
-            # after ufuncs, see __getattr__), and lift() stacks it back into one traced array
-            holder = np.empty((), dtype=object)
-            holder[()] = self
-            return holder
+        if (dtype is None or np.dtype(dtype) == object) and not (
+            self.node.shape and ".dot(" in _source_line().replace(" ", "")
+        ):
+            # np.array([x, y]), np.r_[x, c]: numpy builds an object array of traced scalars (the
+            # elements of a traced array, see tapejit.np_assemble); numpy's object loops call
+            # their operators (and methods named after ufuncs, see __getattr__), and lift()
+            # rebuilds it as one traced array. Not for W.dot(x) with a numpy W: ndarray.dot
+            # would multiply element by element (an object matmul); the error says W @ x.
+            return numpy_api.object_elements(self)
         raise _conversion_error("a numpy array conversion", self)
 
     # -- methods ----------------------------------------------------------------------------
@@ -825,15 +827,9 @@ def lift(x: Any) -> Tracer:
 
 
 def _from_objects(arr: np.ndarray) -> Tracer:
-    """An object array (``np.array([x0, x1])`` of traced scalars and numbers) as one traced
-    array: its elements stacked."""
-    items = [lift(v) for v in arr.reshape(-1)]
-    if not any(t.node.op != Op.CONST for t in items):
-        return lift(np.array([t.node.attrs[0] for t in items]).reshape(arr.shape))
-    if any(t.node.shape != () for t in items):
-        raise _fail("an object array of traced arrays is not supported; use np.stack")
-    flat = numpy_api.FUNCTIONS[np.stack](items) if items else lift(np.zeros(0))
-    return _reshape(flat, arr.shape)
+    """An object array (``np.array([x, y])`` of traced values and numbers) as one traced array
+    (see :mod:`tapejit.np_assemble`)."""
+    return numpy_api.from_objects(arr)
 
 
 # Concrete values by node id, for nodes built through ops.* builders that the tracer did not

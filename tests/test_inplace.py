@@ -133,8 +133,8 @@ def test_the_tables_rows_written_with_traced_arrays_are_correct():
         lambda t: np.float64(t),
         lambda t: t.item(),
         lambda t: complex(t),
-        lambda t: np.asarray(t),
-        lambda t: np.array(t),
+        lambda t: np.asarray(t, dtype=float),  # np.asarray(t) is an object array of tracers
+        lambda t: np.array(t, dtype=float),
     ],
     ids=["np.float64", "item", "complex", "asarray", "array"],
 )
