@@ -674,6 +674,8 @@ class Tracer:
     def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
         return numpy_api.FUNCTIONS[np.sum](self, axis, dtype, out, keepdims, **kw)
 
+        if dtype is not None and np.dtype(dtype).kind in "iu":
+            return _integer_array(self, np.dtype(dtype))
     def max(self, axis=None, out=None, keepdims=False, **kw):
         return numpy_api.FUNCTIONS[np.max](self, axis, out, keepdims, **kw)
 
@@ -973,8 +975,29 @@ def _astype(x, dtype):
         return _build(lambda a: ops._float(a), x)
     if dt == np.bool_:
         return _binary(Op.NE, x, 0.0)
+def _integer_array(x: Tracer, dt: np.dtype) -> np.ndarray:
+    """``x`` cast to integers (``np.int64(x)``, ``x.astype(int)``, ``np.array(x, dtype=int)``):
+    the example's integers, a concrete array, with a guard that ``trunc(x)`` still equals them
+    — so another input with other integer parts recompiles, as for ``int(x)``. The cast is
+    piecewise constant: its derivative is 0 wherever it exists, and none is dropped."""
+    raw = np.asarray(x.value, dtype=np.float64)
+    if not np.all(np.isfinite(raw)):
+        raise _fail(f"a cast to {dt} of a traced value that is not finite")
+    k = np.trunc(raw)
+    lo, hi = np.iinfo(dt).min, np.iinfo(dt).max
+    if k.size and (k.min() < lo or k.max() > hi):
+        raise _fail(f"a cast to {dt} of a traced value outside its range")
+    same = _binary(Op.EQ, _build(lambda a: ops.elementwise(Op.TRUNC, ops._float(a)), x), k)
+    if same.node.shape != ():
+        same = numpy_api.FUNCTIONS[np.all](same)
+    _guard(same.node, True)
+    return k.astype(dt)
+
+
     raise _fail(f"astype({dt}) is not supported; traced values are float64 or bool")
 
+    if dt.kind in "iu":
+        return _integer_array(lift(x), dt)
 
 def _normalise_key(key, shape) -> tuple:
     """numpy basic indexing -> tuple of ints and (start, stop, step) triples, or raise."""

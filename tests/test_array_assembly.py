@@ -119,7 +119,7 @@ def test_ndarray_dot_of_a_traced_array_still_raises():
         tj.compile(lambda x: np.sum(m.dot(x)), RNG.standard_normal(6), cache=False)
 
 
-# -- 3. integer casts used as indices: not supported (no data-dependent gather) ----------------
+# -- 3. integer casts used as indices: the example's integers, guarded --------------------------
 CASTS = {
     "np.int64": lambda t: np.int64(t),
     "astype": lambda t: t.astype(int),
@@ -128,14 +128,32 @@ CASTS = {
 
 
 @pytest.mark.parametrize("cast", CASTS.values(), ids=CASTS.keys())
-def test_integer_casts_of_differentiated_values_raise(cast):
+def test_integer_casts_are_guarded_constants_with_zero_derivative(cast):
     def f(w):
-        new_w = w * 2.0
-        return np.sum(new_w[cast(w[:, -1])])
+        idx = cast(w[:, -1])
+        assert idx.dtype.kind == "i"
+        return np.sum((w[:, :-1] ** 2)[idx]) + np.sum(w[:, :-1] * cast(w[:, -1:]))
 
-    w = np.array([[0.1, 2.0], [0.3, 0.0], [0.2, 1.0]])
-    with pytest.raises(tj.TracingError, match=r"traced value|astype\(int64\) is not supported"):
-        tj.compile(f, w, cache=False)
+    w = RNG.standard_normal((5, 4))
+    w[:, -1] = [3.5, 1.2, 4.9, 0.1, 2.7]  # integer parts 3 1 4 0 2; away from their edges
+    grad = tj.compile(f, w, cache=False)
+    value, g = grad.value_and_grad(w)
+    assert value == pytest.approx(f(w), rel=1e-13)
+    for _ in range(3):
+        d = RNG.standard_normal(w.shape)
+        fd = (f(w + 1e-6 * d) - f(w - 1e-6 * d)) / 2e-6
+        assert np.sum(g * d) == pytest.approx(fd, rel=1e-6)
+    assert not g[:, -1].any()  # the cast is piecewise constant
+    other = w.copy()
+    other[:, -1] = [0.5, 0.5, 1.5, 1.5, 4.5]  # other integers: the guard recompiles
+    value2, g2 = grad.value_and_grad(other)
+    assert value2 == pytest.approx(f(other), rel=1e-13)
+    assert len(grad.specialisations) == 2
+
+
+def test_integer_cast_of_a_non_finite_value_raises():
+    with pytest.raises(tj.TracingError, match=r"not finite"):
+        tj.compile(lambda w: np.sum(w[np.int64(w * np.inf)]), np.ones(3), cache=False)
 
 
 # -- 4. isclose, allclose, all, any, iscomplex & co. ------------------------------------------------
