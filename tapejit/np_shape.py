@@ -458,7 +458,20 @@ def advanced_getitem(x: Tracer, key) -> Tracer:
 
 def advanced_setitem(y: Tracer, key, value) -> None:
     """``y[key] = value`` for advanced keys: one basic write per selected element, in numpy's
-    order (with repeated indices the last write wins, as numpy's assignment does)."""
+    order (with repeated indices the last write wins, as numpy's assignment does). A traced
+    boolean mask of ``y``'s shape with one value (``y[x > 1] = 0.0``) is ``where(mask, value,
+    y)``: the same result for every input, with no guard."""
+    mask = key[0] if isinstance(key, tuple) and len(key) == 1 else key
+    if isinstance(mask, Tracer) and mask.node.dtype == "bool" and mask.shape == y.shape:
+        v = _t(value)
+        if v.size != 1:
+            raise _fail(
+                "y[mask] = values with a traced mask: the number of selected elements depends "
+                "on the input; assign one value (y[mask] = 0.0), or write "
+                "y = tapejit.where(mask, values, y) with values of y's shape"
+            )
+        _setitem(y, Ellipsis, _where(mask, _reshape(v, ()), y))
+        return
     items, arrays, _ = _index_plan(y.shape, key)
     if not arrays:  # only None: the value broadcasts to the result with its unit axes
         basic = tuple(k for k in items if k is not None)

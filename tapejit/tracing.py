@@ -658,6 +658,12 @@ class Tracer:
     def __complex__(self):
         raise _conversion_error("complex()", self)
 
+    # -- the array API standard (scipy's array-API mode, see tapejit.array_api) -------------
+    device = property(lambda self: "cpu")
+
+    def __array_namespace__(self, api_version=None):
+        return array_api.namespace
+
     def __array__(self, dtype=None, copy=None):
         if (dtype is None or np.dtype(dtype) == object) and not (
             self.node.shape and ".dot(" in _source_line().replace(" ", "")
@@ -668,14 +674,14 @@ class Tracer:
             # rebuilds it as one traced array. Not for W.dot(x) with a numpy W: ndarray.dot
             # would multiply element by element (an object matmul); the error says W @ x.
             return numpy_api.object_elements(self)
+        if dtype is not None and np.dtype(dtype).kind in "iu":
+            return _integer_array(self, np.dtype(dtype))
         raise _conversion_error("a numpy array conversion", self)
 
     # -- methods ----------------------------------------------------------------------------
     def sum(self, axis=None, dtype=None, out=None, keepdims=False, **kw):
         return numpy_api.FUNCTIONS[np.sum](self, axis, dtype, out, keepdims, **kw)
 
-        if dtype is not None and np.dtype(dtype).kind in "iu":
-            return _integer_array(self, np.dtype(dtype))
     def max(self, axis=None, out=None, keepdims=False, **kw):
         return numpy_api.FUNCTIONS[np.max](self, axis, out, keepdims, **kw)
 
@@ -969,12 +975,6 @@ def _transpose(x, axes=None):
     return _as_view(x, _build(lambda a: ops.transpose(a, perm), x), (Op.TRANSPOSE, perm))
 
 
-def _astype(x, dtype):
-    dt = np.dtype(dtype)
-    if dt == np.float64:
-        return _build(lambda a: ops._float(a), x)
-    if dt == np.bool_:
-        return _binary(Op.NE, x, 0.0)
 def _integer_array(x: Tracer, dt: np.dtype) -> np.ndarray:
     """``x`` cast to integers (``np.int64(x)``, ``x.astype(int)``, ``np.array(x, dtype=int)``):
     the example's integers, a concrete array, with a guard that ``trunc(x)`` still equals them
@@ -994,10 +994,16 @@ def _integer_array(x: Tracer, dt: np.dtype) -> np.ndarray:
     return k.astype(dt)
 
 
-    raise _fail(f"astype({dt}) is not supported; traced values are float64 or bool")
-
+def _astype(x, dtype):
+    dt = np.dtype(dtype)
     if dt.kind in "iu":
         return _integer_array(lift(x), dt)
+    if dt == np.float64:
+        return _build(lambda a: ops._float(a), x)
+    if dt == np.bool_:
+        return _binary(Op.NE, x, 0.0)
+    raise _fail(f"astype({dt}) is not supported; traced values are float64 or bool")
+
 
 def _normalise_key(key, shape) -> tuple:
     """numpy basic indexing -> tuple of ints and (start, stop, step) triples, or raise."""
@@ -1246,7 +1252,8 @@ def trace(
         _values[id(t.node)] = (t.node, t.value)
     try:
         try:
-            result = f(*tracers)
+            with array_api.scipy_array_api():  # scipy's functions trace through the namespace
+                result = f(*tracers)
         except Exception as e:
             if st.conversion_error is not None and e is not st.conversion_error:
                 raise st.conversion_error from e
@@ -1340,3 +1347,4 @@ def call_graph(g: Graph, *args: Any, guards: bool = True) -> list[Tracer]:
 
 # The numpy surface (ufuncs and functions) is defined on top of the tracer, in its own module.
 from . import numpy_api  # noqa: E402
+from . import array_api  # noqa: E402  (the array API namespace and scipy's mode)

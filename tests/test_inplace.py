@@ -411,9 +411,9 @@ def broadcast_mismatch(x):
     return np.sum(y)
 
 
-def traced_mask_write(x):
+def traced_mask_values_write(x):
     y = x.copy()
-    y[x > 1.0] = 1.0  # MARK: a data-dependent mask (tapejit.where is the branch-free form)
+    y[x > 1.0] = x[:2]  # MARK: as many values as the data-dependent mask selects
     return np.sum(y)
 
 
@@ -435,7 +435,7 @@ def write_into_outer_array_in_loop_body(x):
         (write_into_view_of_argument, r"argument x"),
         (augmented_argument, r"argument x"),
         (broadcast_mismatch, r"could not broadcast input array from shape \(3,\) into shape \(2,\)"),
-        (traced_mask_write, r"indexing with a traced array .* tapejit\.where"),
+        (traced_mask_values_write, r"traced mask: the number of selected elements"),
         (write_into_outer_array_in_loop_body, r"enclosing function inside a loop body"),
     ],
     ids=lambda v: getattr(v, "__name__", None),
@@ -445,3 +445,23 @@ def test_writes_that_cannot_follow_numpy_raise(f, pattern):
         tj.compile(f, RNG.uniform(0.5, 1.5, 6), cache=False)
     assert f"test_inplace.py:{line_of(f)}" in str(ei.value)
     assert not tracing._current
+
+
+def test_one_value_written_through_a_traced_mask_is_a_where():
+    """``y[x > 1] = c`` (scipy's logsumexp writes so) is ``where(x > 1, c, y)`` for every input:
+    the overwritten elements get no derivative, the others keep theirs; no guard."""
+
+    def f(x):
+        y = x * x
+        y[x > 1.0] = 1.0
+        y[(x < 0.7,)] = np.float64(-2.0)
+        return np.sum(y * np.arange(6.0))
+
+    x = RNG.uniform(0.5, 1.5, 6)
+    grad = tj.compile(f, x, cache=False)
+    value, g = grad.value_and_grad(x)
+    assert value == pytest.approx(f(x), rel=1e-14)
+    np.testing.assert_allclose(g, np.where((x > 1.0) | (x < 0.7), 0.0, 2 * x * np.arange(6.0)))
+    other = RNG.uniform(0.5, 1.5, 6)
+    assert grad.value_and_grad(other)[0] == pytest.approx(f(other), rel=1e-14)
+    assert len(grad.specialisations) == 1
