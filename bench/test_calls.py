@@ -25,6 +25,10 @@ def eam_grad(x):
 FORMS = "Per-call cost of each call form, EAM n = 100 (µs per call)"
 FLIP = "Per-call cost when every call switches branch (µs per call)"
 THREADS = "Two threads calling one gradient, EAM n = 10⁵, 2 × 50 calls (ms per 100 calls)"
+THREADS_NUMPY = (
+    "Control for the host: two threads calling numpy (np.exp, np.multiply release the GIL), "
+    "n = 10⁵, 2 × 50 calls (ms per 100 calls)"
+)
 X = np.random.default_rng(1).random(100)
 
 
@@ -123,4 +127,35 @@ def test_two_threads(benchmark, threads):
                 t.join()
 
     tag(benchmark, THREADS, "2 × 50 calls", f"tapejit, {threads} thread(s)" if threads == 2 else "1 thread, both calls", scale=1, unit="ms")
+    benchmark(run)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_two_threads_numpy_control(benchmark, threads):
+    """The same two-thread experiment on numpy's ufunc loops (which release the GIL): how much
+    this host's two vCPUs run in parallel at the time of the run, the bound for tapejit's."""
+    n, calls = 100_000, 50
+    x = np.random.default_rng(3).random(n)
+    outs = [np.empty(n), np.empty(n)]
+
+    def work(o):
+        for _ in range(calls):
+            np.exp(x, out=o)
+            np.multiply(o, 3.0, out=o)
+
+    def run():
+        if threads == 1:
+            work(outs[0])
+            work(outs[1])
+        else:
+            ts = [threading.Thread(target=work, args=(o,)) for o in outs]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+
+    run()
+    assert_close(outs[1], 3.0 * np.exp(x), 1e-15, what="numpy control")
+    impl = "2 thread(s)" if threads == 2 else "1 thread, both calls"
+    tag(benchmark, THREADS_NUMPY, "2 × 50 calls", impl, scale=1, unit="ms")
     benchmark(run)
