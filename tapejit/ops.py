@@ -576,17 +576,22 @@ def matmul(a: Node, b: Node) -> Node:
     a, b = _float(a), _float(b)
     if a.shape[-1] != b.shape[0]:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} are not aligned")
-    if a.shape[-1] == 1:
-        # a contraction over one index is a product with no sum (an outer product, a scaled
-        # vector): elementwise, so it fuses with what consumes it — the weight gradients of
-        # reverse mode accumulate ``acc + outer(d, h)`` in one loop instead of two
-        m = a.shape[:1] if a.ndim == 2 else ()
-        n = b.shape[1:] if b.ndim == 2 else ()
-        left = reshape(a, m + (1,) * len(n)) if n and m else reshape(a, m)
-        return mul(left, reshape(b, n))
     if a.ndim == 1 and b.ndim == 1:
         return reshape(make(Op.MATMUL, reshape(a, (1, a.shape[0])), b), ())
     return make(Op.MATMUL, a, b)
+
+
+def unsummed_product(n: Node) -> Node | None:
+    """``matmul`` node ``n`` as an elementwise product when its contraction has length 1 (an
+    outer product, a vector scaled by a 1-vector): one product per element and no sum, so the
+    same value; ``None`` for any other product."""
+    if n.op != Op.MATMUL or n.args[0].shape[-1] != 1:
+        return None
+    a, b = n.args
+    m = a.shape[:1] if a.ndim == 2 else ()
+    k = b.shape[1:] if b.ndim == 2 else ()
+    left = reshape(a, m + (1,) * len(k)) if k and m else reshape(a, m)
+    return mul(left, reshape(b, k))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""Products whose contraction has length 1 (outer products, a vector scaled by a 1-vector) are
-built as elementwise products, not ``matmul`` nodes, so they fuse with their consumers — reverse
-mode's weight gradients ``acc + outer(d, h)`` become one loop. Same values as numpy (one product
-per element, no sum) and the same gradients."""
+"""Products whose contraction has length 1 (outer products, a vector scaled by a 1-vector):
+same values and gradients as numpy in every form, and under an add (reverse mode's weight
+gradients accumulated in a loop, ``acc + outer(d, h)``) the simplifier makes them elementwise,
+so the accumulation is one fused loop (simplify's ``accumulate-outer`` rule)."""
 
 import sys
 from pathlib import Path
@@ -35,19 +35,27 @@ def test_length_one_contractions_match_numpy(sa, sb):
     np.testing.assert_allclose(gb, np.reshape(want_b, sb), rtol=1e-13)
 
 
-def test_builder_makes_no_matmul_node_for_a_length_one_contraction():
-    from tapejit.ir import Node, Type
+def test_an_accumulated_outer_product_becomes_elementwise():
+    from tapejit.ir import Graph, Node, Type
+    from tapejit.passes.simplify import simplify
 
     a = Node("input", (), (0, "a"), Type((5, 1)))
     b = Node("input", (), (1, "b"), Type((1, 4)))
-    assert ops.matmul(a, b).op == ops.Op.MUL
-    c = Node("input", (), (2, "c"), Type((1, 4)))
-    assert ops.matmul(c, Node("input", (), (3, "d"), Type((4, 4)))).op == ops.Op.MATMUL
+    acc = Node("input", (), (2, "acc"), Type((5, 4)))
+    alone = ops.matmul(a, b)
+    g = Graph("g", (a, b, acc), ("active",) * 3, (ops.add(acc, ops.matmul(a, b)), alone))
+    out, stats = simplify(g)
+    assert stats["rules"].get("accumulate-outer") == 1
+    ops_used = {n.op for n in out.nodes}
+    assert out.outputs[1].op == ops.Op.MATMUL  # written on its own: a product kernel
+    assert out.outputs[0].op == ops.Op.ADD
+    assert any(x.op == ops.Op.MUL for x in out.outputs[0].args) and ops.Op.MUL in ops_used
 
 
-def test_rnn_backward_body_keeps_one_matmul():
-    """The RNN's reverse loop: the products W^T da remain; the outer products that accumulate
-    dW, dU and the scalar-times-vector products fuse into elementwise loops."""
+def test_rnn_backward_body_accumulates_outer_products_elementwise():
+    """The RNN's reverse loop: da^T W and the product feeding a reshape remain; the outer
+    products that accumulate dW and dU and the scaled vector added to the carry's cotangent
+    fuse into elementwise loops."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
     from rnn_scan import D, H, bptt, rnn_loss
 
@@ -57,4 +65,4 @@ def test_rnn_backward_body_keeps_one_matmul():
     np.testing.assert_allclose(grad(p, seq), bptt(p, seq)[1], rtol=1e-10, atol=1e-13)
     plan = grad.ir("plan")
     body = plan.split("graph body.vjp")[1].split("program body.vjp")[0]
-    assert body.count("= matmul") == 1, body
+    assert body.count("= matmul") == 2, body

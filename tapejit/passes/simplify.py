@@ -97,6 +97,20 @@ def _add(n, rw):
     return None
 
 
+def _accumulate_outer(n, rw):
+    """``acc + outer(d, h)`` (a product with a contraction of length 1 — reverse mode's weight
+    gradient accumulated in a loop) as ``acc + d * h``: elementwise, so it fuses into one loop
+    over the accumulator instead of a product kernel and an add. Only under an add: an outer
+    product written on its own is a product kernel that writes its destination in place."""
+    x, y = n.args
+    for p, q in ((x, y), (y, x)):
+        if p.op == Op.MATMUL and p.shape == n.shape:
+            flat = ops.unsummed_product(p)
+            if flat is not None:
+                return ops.make(Op.ADD, flat, q) if p is x else ops.make(Op.ADD, q, flat)
+    return None
+
+
 def _sub(n, rw):
     x, y = n.args
     if _is(y, 0.0):
@@ -269,6 +283,7 @@ RULES: list[tuple[str, tuple[Op, ...] | None, object, str]] = [
     ("custom", (Op.CUSTOM,), _custom, "exact: a hand-given rule's node is its value"),
     ("fold", None, _fold, "exact: evaluated with the op's reference"),
     ("add", (Op.ADD,), _add, "x+0 -> x may turn -0.0 into +0.0; x+(-y) -> x-y exact"),
+    ("accumulate-outer", (Op.ADD,), _accumulate_outer, "exact: one product per element"),
     ("sub", (Op.SUB,), _sub, "0-x -> -x sign of zero; x-(-y) -> x+y exact"),
     ("mul", (Op.MUL,), _mul, "exact: x*1, x*-1, (-x)*(-y)"),
     ("hoist-scalar-factor", (Op.MUL,), _hoist_scalar_factor, "reassociates scalar factors"),
