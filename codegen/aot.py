@@ -107,8 +107,8 @@ def _module(
             "then the constants"
         )
     _drop_loop_counters(module, counters_symbol(kernel_name))
-    for gv in module.global_values:
-        if not getattr(gv, "is_declaration", False):
+    for gv in module.global_values:  # llvm.* globals (llvm.compiler.used) keep their linkage
+        if not getattr(gv, "is_declaration", False) and not gv.name.startswith("llvm."):
             gv.linkage = "internal"
     kernel = module.get_global(kernel_name)
 

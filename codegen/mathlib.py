@@ -5,7 +5,8 @@ llvmlite 0.50 ships no vector math library (DESIGN.md, "Math must be our own"), 
 instead written in ``llvmlite.ir`` as straight-line double arithmetic — ``llvm.fma.f64``, integer
 operations on the bit pattern (bitcast to i64) for exponent manipulation, and ``select`` for the
 special cases; no control flow — so LLVM's loop vectoriser turns a loop that calls one into 8-wide
-(zmm) code.
+(zmm) code. The one exception is sin/cos for |x| > 2^50: a branch to a cold function with vector
+variants (:func:`_sincos_large`), which the vectoriser calls once per vector of x.
 
 Contract. :func:`call` emits ``op(*args)`` on doubles. Ops with an IR body (``exp log log1p expm1
 sin cos tanh pow``) are defined once per module, on first use, as an internal function
@@ -34,8 +35,8 @@ significand). These are sampled maxima, not proofs::
     log1p  <= 1      0.80            (-1, max double], tiny x
     expm1  <= 1      0.87            all x
     tanh   <= 2 (*)  0.66            all x   (*) measured 1; numpy's tanh is itself 1.19 ulp off
-    sin    <= 1      0.78            |x| <= 2^50 (~1.1e15); NaN beyond (see _sincos)
-    cos    <= 1      0.78            |x| <= 2^50
+    sin    <= 1      0.78            all finite x (|x| > 2^50 by a 2/pi table; see _sincos)
+    cos    <= 1      0.78            all finite x
     pow    <= 1      0.84            x^y up to 2^+-1023, subnormal x and results, x near 1
                                      with |y| up to 7e4; numpy/C99 special cases bit-exact
 
@@ -52,7 +53,10 @@ Sources of the polynomials (no code was copied; the structure follows the cited 
   ``R(s^2)`` are Sun's FDLIBM (``e_log.c``, ``s_log1p.c``; published, Remez-fitted by Sun).
 * sin, cos: FDLIBM's minimax kernels (``k_sin.c`` coefficients ``S1..S6``, ``k_cos.c``
   ``C1..C6``, valid on [-pi/4, pi/4] with a tail correction), after a four-part Cody-Waite
-  reduction by pi/2 whose pieces are computed below from a 200-digit value of pi.
+  reduction by pi/2 whose pieces are computed below from a 200-digit value of pi; for
+  |x| > 2^50 a Payne-Hanek reduction (a row of 2/pi bits per exponent, computed here by
+  Machin's formula; the idea of FDLIBM's ``__kernel_rem_pio2`` and SLEEF's ``rempi``) on a
+  cold path, so the common range keeps its speed.
 * tanh: for |x| < 0.4 an odd minimax polynomial fitted here (Remez exchange in mpmath; see
   :data:`TANH_P`), above 1 - 2/(exp(2|x|) + 1) with a double-double exp as in exp above.
 * pow: exp(y log|x|) with a double-double log from the series
@@ -146,7 +150,46 @@ COS_C = [
 SQRT1_2_BITS = 0x3FE6A09E667F3BCD  # bits of sqrt(2)/2: m is reduced to [sqrt(2)/2, sqrt(2))
 EXP_MASK = 0xFFF0000000000000
 MIN_NORMAL = 2.2250738585072014e-308
-TRIG_MAX = 2.0**50  # sin/cos reduction is accurate for |x| <= 2^50; beyond it they return NaN
+TRIG_MAX = 2.0**50  # Cody-Waite reduction up to |x| = 2^50, the 2/pi table (TRIG_TABLE) beyond
+
+
+def _pi_fixed(bits: int) -> int:
+    """pi 2^bits as an integer, to within a few units: Machin's formula
+    pi = 16 atan(1/5) - 4 atan(1/239) in integer fixed point with 16 guard bits."""
+    one = 1 << (bits + 16)
+
+    def atan_inv(n: int) -> int:  # atan(1/n) * one by its Taylor series
+        total, power, k = 0, one // n, 0
+        while power:
+            total += (-1) ** k * (power // (2 * k + 1))
+            power //= n * n
+            k += 1
+        return total
+
+    return (16 * atan_inv(5) - 4 * atan_inv(239)) >> 16
+
+
+def _trig_table() -> list[float]:
+    """The 2/pi table of the large-argument reduction (:func:`_reduce_pio2_large`): for each
+    k = e - 52 with e = 50 .. 1023 the exponent of x (rows k = -2 .. 971), four doubles
+    t0 + t1 + t2 + t3 = T(k) = (2^k 2/pi) mod 4, cut on fixed grids: t0 a multiple of 2^-50 in
+    [0, 4), t1 of 2^-100 in [0, 2^-50), t2 of 2^-150 in [0, 2^-100), t3 the rest rounded
+    (error < 2^-203). Each t0..t2 has <= 52 significant bits, so M ti is exact as a two-product
+    for a 53-bit integer M. 2/pi is taken to 1400 bits (error ~2^-1395, i.e. < 2^-420 in T(k))."""
+    frac = 1400
+    two_over_pi = (1 << (2 * frac + 1)) // _pi_fixed(frac)  # (2/pi) 2^frac
+    out = []
+    for k in range(-2, 972):
+        t = (two_over_pi << k if k >= 0 else two_over_pi >> -k) % (4 << frac)
+        for cut in (50, 100, 150):
+            head = t >> (frac - cut)
+            out.append(math.ldexp(head, -cut))  # exact: head < 2^52
+            t -= head << (frac - cut)
+        out.append(float(Fraction(t, 1 << frac)))
+    return out
+
+
+TRIG_TABLE = _trig_table()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -440,7 +483,7 @@ def _reduce_pio2(b, x):
     2^50. The remainder uses pi/2 = P0 + P1 + P2 + P3 (~212 bits) with exact products by fma
     (q P = h + l): x - h0 is exact (Sterbenz), the next terms are summed with error-free
     two-sums, the smallest ones in plain double. Accurate to ~2^-100 |x| absolute for
-    |x| <= 2^50 (a four-part Cody-Waite reduction; no Payne-Hanek table)."""
+    |x| <= 2^50 (a four-part Cody-Waite reduction); beyond, :func:`_reduce_pio2_large`."""
     qh = b.fmul(x, _c(TWO_OVER_PI[0]))
     q0 = _intrinsic(b, "llvm.roundeven", qh)
     d = b.fadd(_fma(b, x, _c(TWO_OVER_PI[0]), b.fneg(q0)), b.fmul(x, _c(TWO_OVER_PI[1])))
@@ -456,6 +499,63 @@ def _reduce_pio2(b, x):
     tail = b.fsub(b.fsub(b.fadd(e0, e1), l1), b.fadd(h2, b.fmul(q, _c(PIO2[3]))))
     rh, rl = _fast_two_sum(b, y1, tail)
     return q, rh, rl
+
+
+def _trig_table_row(b, x):
+    """Pointer to the row of :data:`TRIG_TABLE` for the exponent of x (clamped to the table, so
+    any x, NaN and inf included, reads inside it). The table is one internal constant per
+    module, defined on first use."""
+    name = "tapejit.math.two_over_pi"
+    table = b.module.globals.get(name)
+    if table is None:
+        ty = ir.ArrayType(F64, len(TRIG_TABLE))
+        table = ir.GlobalVariable(b.module, ty, name=name)
+        table.linkage = "internal"
+        table.global_constant = True
+        table.unnamed_addr = True
+        table.initializer = ir.Constant(ty, TRIG_TABLE)
+    row = b.sub(b.and_(b.lshr(_bits(b, x), _i(52)), _i(0x7FF)), _i(1023 + 50))  # e - 50
+    row = b.select(b.icmp_signed("<", row, _i(0)), _i(0), row)
+    last = len(TRIG_TABLE) // 4 - 1
+    row = b.select(b.icmp_signed(">", row, _i(last)), _i(last), row)
+    return b.gep(table, [_i(0), b.shl(row, _i(2))], inbounds=True)
+
+
+def _reduce_pio2_large(b, x):
+    """(q, rh, rl) as :func:`_reduce_pio2` for |x| > 2^50 (Payne-Hanek: the bits of 2/pi that
+    matter for the exponent of x, from a table).
+
+    x = M 2^k with M an integer (|M| in [2^52, 2^53), signed like x) and k = e - 52, so
+    x 2/pi = M (2^k 2/pi) = M T(k) (mod 4), T(k) = t0 + t1 + t2 + t3 from :data:`TRIG_TABLE`.
+    The products M ti (i < 3) are exact two-products hi + lo; multiples of 4 are dropped from
+    M t0 exactly, the integer part n of the leading sum is split off exactly, and the fraction
+    f = x 2/pi - n (mod 4) in [-1/2, 1/2] (up to 2^-46) is summed with error-free two-sums down
+    to the terms below 2^-97, then as a double-double times pi/2 (rh + rl). The absolute error
+    of f is ~2^-148, so even the closest double to a multiple of pi/2 (6381956970095103 2^797,
+    |f| ~ 2^-61) keeps ~2^-85 relative accuracy. Ideas from FDLIBM's ``__kernel_rem_pio2``
+    and SLEEF's ``rempi`` (a table row per exponent); the exact-grid formulation is ours."""
+    bits = _bits(b, x)
+    mag = _double(b, b.or_(b.and_(bits, _i(0x000FFFFFFFFFFFFF)), _i(1075 << 52)))  # 2^52 + frac
+    m = _intrinsic(b, "llvm.copysign", mag, x)
+    row = _trig_table_row(b, x)
+    t = [b.load(b.gep(row, [_i(j)], inbounds=True)) for j in range(4)]
+    h0, h1, h2 = (b.fmul(m, tj) for tj in t[:3])
+    l0, l1, l2 = (_fma(b, m, tj, b.fneg(hj)) for tj, hj in zip(t[:3], (h0, h1, h2)))
+    r0 = _fma(b, _intrinsic(b, "llvm.roundeven", b.fmul(h0, _c(0.25))), _c(-4.0), h0)  # exact
+    a = b.fadd(r0, l0)  # exact: multiples of 2^-50 below 6 in magnitude
+    s, se = _two_sum(b, a, h1)
+    n = _intrinsic(b, "llvm.roundeven", s)
+    f0 = b.fsub(s, n)  # exact
+    s1, e1 = _two_sum(b, se, l1)
+    s2, e2 = _two_sum(b, s1, h2)
+    s3, e3 = _two_sum(b, f0, s2)
+    lo = b.fadd(e3, b.fadd(e2, b.fadd(e1, b.fadd(l2, b.fmul(m, t[3])))))
+    fh, fl = _fast_two_sum(b, s3, lo)
+    rh = b.fmul(fh, _c(PIO2[0]))
+    rl = _fma(b, fh, _c(PIO2[0]), b.fneg(rh))
+    rl = b.fadd(rl, _fma(b, fh, _c(PIO2[1]), b.fmul(fl, _c(PIO2[0]))))
+    rh, rl = _fast_two_sum(b, rh, rl)
+    return n, rh, rl
 
 
 def _sin_kernel(b, x, y):
@@ -479,12 +579,9 @@ def _cos_kernel(b, x, y):
     return b.fadd(one_m, corr)
 
 
-def _sincos(b, x, cos: bool):
-    """sin or cos: reduce by pi/2 (:func:`_reduce_pio2`), evaluate both kernels, select by the
-    quadrant q mod 4 (computed in double: q - 4 floor(q/4)). sin(±0) = ±0; ±inf and NaN give
-    NaN; |x| > 2^50 gives NaN (outside the reduction's accurate range; a visible failure
-    rather than a wrong value)."""
-    q, rh, rl = _reduce_pio2(b, x)
+def _sincos_eval(b, x, cos: bool, q, rh, rl):
+    """sin or cos of x = q pi/2 + rh + rl: both kernels, selected by the quadrant q mod 4
+    (computed in double: q - 4 floor(q/4)); sin(±0) = ±0, ±inf and NaN give NaN."""
     sn = _sin_kernel(b, rh, rl)
     cs = _cos_kernel(b, rh, rl)
     quad = b.fsub(q, b.fmul(_c(4.0), _intrinsic(b, "llvm.floor", b.fmul(q, _c(0.25)))))
@@ -496,8 +593,115 @@ def _sincos(b, x, cos: bool):
     res = b.select(b.fcmp_ordered(">=", quad, _c(2.0)), b.fneg(res), res)
     if not cos:
         res = b.select(_eq(b, x, _c(0.0)), x, res)
-    ok = b.fcmp_ordered("<=", _intrinsic(b, "llvm.fabs", x), _c(TRIG_MAX))
+    ok = b.fcmp_ordered("<", _intrinsic(b, "llvm.fabs", x), _c(math.inf))
     return b.select(ok, res, _c(math.nan))
+
+
+def _sincos(b, x, cos: bool):
+    """sin or cos for every double: |x| <= 2^50 (TRIG_MAX) by :func:`_reduce_pio2` in line, larger
+    |x| (and ±inf, which give NaN) by a call to the cold path :func:`_sincos_large`, taken
+    only when |x| > 2^50 (a branch; in a vectorised loop the call goes to the vector variant,
+    which returns at once unless a lane needs it). One accuracy bound for all finite x."""
+    q, rh, rl = _reduce_pio2(b, x)
+    res = _sincos_eval(b, x, cos, q, rh, rl)
+    big = _gt(b, _intrinsic(b, "llvm.fabs", x), _c(TRIG_MAX))
+    head, cold, join = b.block, b.append_basic_block("large"), b.append_basic_block("join")
+    b.cbranch(big, cold, join)
+    b.position_at_end(cold)
+    large = b.call(_sincos_large(b.module, cos), [x])
+    b.branch(join)
+    b.position_at_end(join)
+    out = b.phi(F64)
+    out.add_incoming(res, head)
+    out.add_incoming(large, cold)
+    return out
+
+
+#: vector widths of the cold path's variants (the loop vectoriser picks one of them)
+TRIG_LANES = (2, 4, 8, 16)
+
+
+def _sincos_large(module: ir.Module, cos: bool) -> ir.Function:
+    """``tapejit.math.<sin|cos>.large``: the function for |x| > 2^50 (:func:`_reduce_pio2_large`)
+    and ±inf (NaN), defined once per module with vector variants ``.large.v<N>`` registered
+    through the ``vector-function-abi-variant`` attribute (so a loop that calls it still
+    vectorises) and kept by ``llvm.compiler.used`` until the vectoriser has run. A variant
+    tests its lanes and returns at once if none has |x| > 2^50; otherwise it calls the scalar
+    function for those lanes. Marked ``memory(none)`` (it only reads the constant table)."""
+    name = f"tapejit.math.{'cos' if cos else 'sin'}.large"
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    fn = _internal(module, name, F64, [F64])
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    x = fn.args[0]
+    b.ret(_sincos_eval(b, x, cos, *_reduce_pio2_large(b, x)))
+    variants = [_lanewise(module, fn, n) for n in TRIG_LANES]
+    mapping = ",".join(f"_ZGV_LLVM_N{n}v_{name}({v.name})" for n, v in zip(TRIG_LANES, variants))
+    # llvmlite's attribute set only accepts its known names: add the string attribute directly
+    set.add(fn.attributes, f'"vector-function-abi-variant"="{mapping}"')
+    _compiler_used(module, variants)
+    return fn
+
+
+def _internal(module, name, ret, args) -> ir.Function:
+    fn = ir.Function(module, ir.FunctionType(ret, args), name=name)
+    fn.linkage = "internal"
+    for attr in ("nounwind", "noinline", "memory(none)", "willreturn", "nosync"):
+        set.add(fn.attributes, attr)  # memory(none), willreturn, nosync: unknown to llvmlite
+    return fn
+
+
+def _lanewise(module, scalar: ir.Function, n: int) -> ir.Function:
+    """``<scalar>.v<n>``: the scalar function applied to the lanes with |x| > TRIG_MAX (those
+    with a NaN or inf included); the other lanes return x unchanged (the caller ignores them)."""
+    vec = ir.VectorType(F64, n)
+    fn = _internal(module, f"{scalar.name}.v{n}", vec, [vec])
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    x = fn.args[0]
+    lim = ir.Constant(vec, [TRIG_MAX] * n)
+    need = b.or_(b.fcmp_ordered(">", x, lim), b.fcmp_ordered("<", x, b.fneg(lim)))
+    mask = b.bitcast(need, ir.IntType(n))
+    entry, loop = b.block, fn.append_basic_block("lane")
+    call, nxt, done = (fn.append_basic_block(s) for s in ("call", "next", "done"))
+    b.cbranch(b.icmp_unsigned("!=", mask, ir.Constant(ir.IntType(n), 0)), loop, done)
+    b.position_at_end(loop)  # for i in range(n): if need[i]: acc[i] = scalar(x[i])
+    i, acc = b.phi(ir.IntType(32)), b.phi(vec)
+    i.add_incoming(ir.Constant(ir.IntType(32), 0), entry)
+    acc.add_incoming(x, entry)
+    b.cbranch(b.extract_element(need, i), call, nxt)
+    b.position_at_end(call)
+    upd = b.insert_element(acc, b.call(scalar, [b.extract_element(x, i)]), i)
+    b.branch(nxt)
+    b.position_at_end(nxt)
+    new = b.phi(vec)
+    new.add_incoming(acc, loop)
+    new.add_incoming(upd, call)
+    i1 = b.add(i, ir.Constant(ir.IntType(32), 1))
+    i.add_incoming(i1, nxt)
+    acc.add_incoming(new, nxt)
+    b.cbranch(b.icmp_unsigned("<", i1, ir.Constant(ir.IntType(32), n)), loop, done)
+    b.position_at_end(done)
+    out = b.phi(vec)
+    out.add_incoming(x, entry)
+    out.add_incoming(new, nxt)
+    b.ret(out)
+    return fn
+
+
+def _compiler_used(module: ir.Module, fns: list[ir.Function]) -> None:
+    """Append ``fns`` to the module's ``llvm.compiler.used`` (created on first use)."""
+    ptr = ir.IntType(8).as_pointer()
+    gv = module.globals.get("llvm.compiler.used")
+    old = [] if gv is None else list(gv.initializer.constant)
+    refs = old + [f.bitcast(ptr) for f in fns]
+    ty = ir.ArrayType(ptr, len(refs))
+    if gv is None:
+        gv = ir.GlobalVariable(module, ty, name="llvm.compiler.used")
+        gv.linkage = "appending"
+        gv.section = "llvm.metadata"
+    gv.value_type = ty  # the array grows with each op that registers variants
+    gv.initializer = ir.Constant(ty, refs)
 
 
 def _sin(b, x):

@@ -380,12 +380,9 @@ def _check_special(lib, op, x, y, want, bound):
 @pytest.mark.parametrize("op", sorted(SPECIAL))
 def test_special_values(lib, op):
     """±0, ±inf, NaN, overflow/underflow edges and subnormals agree with numpy: exactly for
-    zeros (with their sign), infinities and NaN; within the op's bound otherwise. sin/cos
-    beyond 2^50 return NaN (outside the reduction's accurate range; documented)."""
+    zeros (with their sign), infinities and NaN; within the op's bound otherwise."""
     x = np.array(SPECIAL[op])
     want = _ref(op, x)
-    if op in ("sin", "cos"):
-        want = np.where(np.abs(x) > mathlib.TRIG_MAX, np.nan, want)
     bound = max(r[3] for r in RANGES if r[0] == op)
     if op in MPMATH_WHOLE_ULP:  # inf/NaN/0 as scipy, the finite values against mpmath
         e, exact = _mpmath_errors(op, x, lib(op, x))
@@ -498,7 +495,8 @@ def test_loop_is_vectorised(lib, op):
     assert f"<{_vector_width()} x double>" in body, body[:2000]
     assert not re.search(LIBM, body), re.search(LIBM, body).group(0)
     calls = set(re.findall(r"call [^@]*@\"?([\w.]+)", body))
-    assert all(c.startswith("llvm.") for c in calls), calls  # everything inlined
+    cold = {f"tapejit.math.{op}.large", f"tapejit.math.{op}.large.v{_vector_width()}"}
+    assert all(c.startswith("llvm.") or c in cold for c in calls), calls  # all else inlined
 
 
 @pytest.mark.parametrize("op", OPS)
