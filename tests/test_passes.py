@@ -220,6 +220,14 @@ RULE_CASES = {
             lambda g: "matmul" not in _ops_in(g),
         ),
     ],
+    "scatter-add-whole": [  # zeros[0:n] += u over the whole array is u
+        (
+            lambda u: mk("scatter_add", c(0.0, (2, 3)), u, attrs=((0, 2, 1), (0, 3, 1))),
+            [(2, 3)],
+            (),
+            lambda g: "scatter_add" not in _ops_in(g),
+        ),
+    ],
     "custom": [  # a hand-given rule's node (tapejit.custom) is its first operand
         (
             lambda x: mk("custom", mk("exp", x), x, attrs=("rule",)),

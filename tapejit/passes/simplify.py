@@ -258,6 +258,21 @@ def _index(n, rw):
     return None if s is None else ops.broadcast_to(s, n.shape)
 
 
+def _whole(shape: tuple[int, ...], items: tuple) -> bool:
+    """Whether index ``items`` select every element of ``shape`` in order."""
+    return all(it == (0, d, 1) for it, d in zip(items, shape)) and all(
+        isinstance(it, tuple) for it in items
+    )
+
+
+def _scatter_add(n, rw):
+    """``zeros[all] += upd`` is ``upd`` (reverse mode accumulating a whole-array cotangent)."""
+    acc, upd = n.args
+    if _is(acc, 0.0) and upd.shape == n.shape and _whole(n.shape, n.attrs):
+        return upd
+    return None
+
+
 def _reduce_sum(n, rw):
     (x,) = n.args
     s = _scalar(x)
@@ -297,6 +312,7 @@ RULES: list[tuple[str, tuple[Op, ...] | None, object, str]] = [
     ("reshape", (Op.RESHAPE,), _reshape, "exact"),
     ("transpose", (Op.TRANSPOSE,), _transpose, "exact: also one that moves only unit axes"),
     ("index", (Op.INDEX,), _index, "exact: indexing a broadcast scalar"),
+    ("scatter-add-whole", (Op.SCATTER_ADD,), _scatter_add, "0 + u -> u may turn +0.0 into -0.0"),
     ("reduce-sum", (Op.REDUCE_SUM,), _reduce_sum, "sum of a broadcast s -> count*s (rounding)"),
     ("reduce-max", (Op.REDUCE_MAX,), _reduce_max, "exact"),
 ]
