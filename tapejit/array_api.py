@@ -284,7 +284,32 @@ def _switches() -> list[tuple[Any, str]]:
         found.append((override, "SCIPY_ARRAY_API"))
         if hasattr(api, "SCIPY_ARRAY_API"):
             found.append((api, "SCIPY_ARRAY_API"))
+        if hasattr(override, "array_api_compat"):
+            found.append((override, "array_api_compat"))
     return found
+
+
+class _MixedNamespaces:
+    """Stands in for ``array_api_compat`` in scipy's ``array_namespace`` during a trace: numpy
+    arrays next to traced values (``logsumexp(x, b=w)`` with a constant ``w``) are constants of
+    the trace, so the namespace is tapejit's — scipy would otherwise refuse the mix ("Multiple
+    namespaces"). Everything else is array_api_compat's answer."""
+
+    def __init__(self, compat: Any):
+        self._compat = compat
+
+    def array_namespace(self, *arrays: Any, **kw: Any) -> Any:
+        if any(isinstance(a, Tracer) for a in arrays):
+            return namespace
+        return self._compat.array_namespace(*arrays, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._compat, name)
+
+
+def _on(key: str, old: Any) -> Any:
+    """The value a switch takes during a trace."""
+    return _MixedNamespaces(old) if key == "array_api_compat" else True
 
 
 def _get(owner: Any, key: str) -> Any:
@@ -300,7 +325,7 @@ def _set(owner: Any, key: str, value: Any) -> None:
 
 def scipy_mode_on() -> bool:
     """Whether scipy's array-API mode is on now (False if scipy is not imported)."""
-    switches = _switches()
+    switches = [(o, k) for o, k in _switches() if k == "SCIPY_ARRAY_API"]
     return bool(switches) and all(bool(_get(o, k)) for o, k in switches)
 
 
@@ -312,8 +337,8 @@ def scipy_array_api() -> Iterator[None]:
     with _mode.lock:
         if _mode.depth == 0:
             _mode.saved = [(o, k, _get(o, k)) for o, k in _switches()]
-            for o, k, _ in _mode.saved:
-                _set(o, k, True)
+            for o, k, old in _mode.saved:
+                _set(o, k, _on(k, old))
         _mode.depth += 1
     try:
         yield
