@@ -1,6 +1,7 @@
-"""The host's BLAS and LAPACK: ``dgemm`` for large matrix products and ``dsyevd`` for
-symmetric eigenproblems, from the libraries scipy ships (``scipy.linalg.cython_blas`` and
-``cython_lapack``), called by generated code through function pointers.
+"""The host's BLAS and LAPACK: ``dgemm`` for large matrix products, ``dsyevd`` for
+symmetric eigenproblems and ``dgesdd`` for singular value decompositions, from the libraries
+scipy ships (``scipy.linalg.cython_blas`` and ``cython_lapack``), called by generated code
+through function pointers.
 
 :func:`tapejit.codegen.lower` emits, for a matrix product of at least :data:`MIN_MULTIPLY_ADDS`
 multiply-adds, a call through the global :data:`SYMBOL` when it is set and its own loops when it
@@ -11,7 +12,10 @@ memory per call once the BLAS library is initialised.
 ``eigh`` nodes (built only when :func:`lapack_available`) call ``dsyevd`` through
 :data:`SYEVD_SYMBOL` — the routine numpy's ``np.linalg.eigh`` calls, so the eigenvectors' signs
 agree with numpy's — with their work arrays on the stack; where that pointer is null (an
-unpickled function on a host without scipy) they return NaN rather than run.
+unpickled function on a host without scipy) they return NaN rather than run. ``svd`` nodes
+call ``dgesdd`` (jobz='S', the routine and job numpy's ``np.linalg.svd(a,
+full_matrices=False)`` uses: the same singular vectors, signs included) through
+:data:`GESDD_SYMBOL` the same way.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ MIN_MULTIPLY_ADDS = 96**3
 #: The global (an ``i8*``) a module reads the ``dsyevd`` address from.
 SYEVD_SYMBOL = "tapejit.dsyevd"
 
+#: The global (an ``i8*``) a module reads the ``dgesdd`` address from.
+GESDD_SYMBOL = "tapejit.dgesdd"
+
 
 @functools.cache
 def dgemm_address() -> int | None:
@@ -43,6 +50,12 @@ def dgemm_address() -> int | None:
 def dsyevd_address() -> int | None:
     """The address of scipy's LAPACK ``dsyevd`` (Fortran calling convention), or ``None``."""
     return _address("cython_lapack", "dsyevd")
+
+
+@functools.cache
+def dgesdd_address() -> int | None:
+    """The address of scipy's LAPACK ``dgesdd`` (Fortran calling convention), or ``None``."""
+    return _address("cython_lapack", "dgesdd")
 
 
 def lapack_available() -> bool:
@@ -66,11 +79,13 @@ def _address(module: str, name: str) -> int | None:
 
 
 def bind(global_address) -> bool:
-    """Point a loaded library's :data:`SYMBOL` at ``dgemm`` and :data:`SYEVD_SYMBOL` at
-    ``dsyevd`` where it has them (``global_address(name)`` finds a global or raises
-    ``KeyError``); returns whether any was set."""
+    """Point a loaded library's :data:`SYMBOL` at ``dgemm``, :data:`SYEVD_SYMBOL` at ``dsyevd``
+    and :data:`GESDD_SYMBOL` at ``dgesdd`` where it has them (``global_address(name)`` finds a
+    global or raises ``KeyError``); returns whether any was set."""
     done = False
-    for symbol, address in ((SYMBOL, dgemm_address), (SYEVD_SYMBOL, dsyevd_address)):
+    routines = ((SYMBOL, dgemm_address), (SYEVD_SYMBOL, dsyevd_address),
+                (GESDD_SYMBOL, dgesdd_address))  # fmt: skip
+    for symbol, address in routines:
         try:
             where = global_address(symbol)
         except KeyError:

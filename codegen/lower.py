@@ -1222,8 +1222,72 @@ def _lower_eigh(L: Lowering, n: Node) -> None:
             L.store_to(out, L.affine([i, j], m, (m, 1)), b.select(ok, v, nan), "f64")
 
 
+def _lower_svd(L: Lowering, n: Node) -> None:
+    """``svd(a)`` by LAPACK's ``dgesdd`` (jobz='S') through :data:`blas.GESDD_SYMBOL` on a
+    column-major copy of ``a`` (m x n) in the frame, with U (ldu = m) and Vt (ldvt = k) and the
+    work arrays (:func:`ops.svd_lwork` doubles, 8k ints) there too; the result takes U and Vt
+    back in row-major order around s (the layout of ``ops._svd_ref``). A null pointer (no
+    LAPACK bound) or ``info != 0`` (no convergence, or a NaN in ``a``) gives NaN."""
+    (a,) = n.args
+    m, cols, k = ops.svd_sizes(a.shape)  # capped by ops.SVD_MAX_*: the frame holds it all
+    b = L.b
+    lwork = ops.svd_lwork(m, cols)
+    at_s, at_u, at_vt = m * cols, m * cols + k, m * cols + k + m * k
+    at_work = at_vt + k * cols
+    work = _stack_array(L, F64, at_work + lwork)  # copy of a, s, U, Vt, dgesdd's work
+    ints = _stack_array(L, I32, 7 + 8 * k)  # m, n, lda, ldu, ldvt, lwork, info, iwork
+    chars = _stack_array(L, I8, 1)
+    out = L.ptr(n)
+    with L.loop(cols) as j:  # copy[i + j m] = a[i, j]
+        with L.loop(m) as i:
+            v = L.load(a, L.affine([i, j], 0, (cols, 1)))
+            b.store(v, b.gep(work, [L.affine([i, j], 0, (1, m))], inbounds=True))
+
+    def cell(p, at, value=None):
+        q = b.gep(p, [I64(at)], inbounds=True)
+        if value is not None:
+            b.store(value, q)
+        return q
+
+    for at, v in enumerate((m, cols, m, m, k, lwork, 0)):
+        cell(ints, at, I32(v))
+    cell(chars, 0, I8(ord("S")))
+    g = L.module.globals.get(blas.GESDD_SYMBOL)
+    if g is None:
+        g = ir.GlobalVariable(L.module, I8P, name=blas.GESDD_SYMBOL)
+        g.initializer = ir.Constant(I8P, None)
+    fp = b.load(g)
+    bound = b.icmp_unsigned("!=", fp, ir.Constant(I8P, None))
+    with b.if_then(bound):
+        ip, dp = I32.as_pointer(), F64.as_pointer()
+        # jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work, lwork, iwork, info
+        params = [I8P, ip, ip, dp, ip, dp, dp, ip, dp, ip, dp, ip, ip, ip]
+        fnty = ir.FunctionType(ir.VoidType(), params)
+        b.call(b.bitcast(fp, fnty.as_pointer()), [
+            cell(chars, 0), cell(ints, 0), cell(ints, 1), work, cell(ints, 2), cell(work, at_s),
+            cell(work, at_u), cell(ints, 3), cell(work, at_vt), cell(ints, 4),
+            cell(work, at_work), cell(ints, 5), cell(ints, 7), cell(ints, 6),
+        ])  # fmt: skip
+    ok = b.and_(bound, b.icmp_signed("==", b.load(cell(ints, 6)), I32(0)))
+    nan = F64(math.nan)
+
+    def move(rows: int, width: int, src: int, ld: int, dst: int) -> None:
+        # result[dst + i width + j] = work[src + i + j ld], for i < rows, j < width
+        with L.loop(rows) as i:
+            with L.loop(width) as j:
+                v = b.load(b.gep(work, [L.affine([i, j], src, (1, ld))], inbounds=True))
+                L.store_to(out, L.affine([i, j], dst, (width, 1)), b.select(ok, v, nan), "f64")
+
+    move(m, k, at_u, m, 0)  # U
+    move(1, k, at_s, 1, m * k)  # s
+    move(k, cols, at_vt, k, m * k + k)  # Vt
+
+
+_LINALG = {Op.EIGH: _lower_eigh, Op.SVD: _lower_svd}
+
+
 def _lower_linalg(L: Lowering, n: Node) -> None:
-    (_lower_eigh if n.op == Op.EIGH else _lower_matmul)(L, n)
+    _LINALG.get(n.op, _lower_matmul)(L, n)
 
 
 def _matmul_loops(L: Lowering, n: Node, m, k, cols) -> None:

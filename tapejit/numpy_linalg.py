@@ -18,6 +18,10 @@ matrices up to ~30 x 30 (compile time grows with n, run time as n^3); batched in
 * ``eigh``/``eigvalsh`` by cyclic Jacobi rotations (Golub & Van Loan alg. 8.5.3) for a fixed
   number of sweeps, reading one triangle as LAPACK does; the eigen-derivatives come from
   differentiating the rotations (defined where the eigenvalues are distinct).
+
+With scipy installed, ``eigh`` and ``svd`` are primitives instead (``Op.EIGH``, ``Op.SVD``) that
+call LAPACK's ``dsyevd``/``dgesdd`` as numpy does, with closed-form derivative rules; ``pinv``
+and the singular-value norms (``'nuc'``, ``2``, ``-2``) build on ``svd``.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ import functools
 
 import numpy as np
 
-from .np_common import _like, _t
+from .np_common import _axis, _like, _t
+from .np_math import _norm
 from .np_shape import _concatenate, _stack
 from . import ops
 from .ops import Op
-from .tracing import _build, _fail, _reduce, _reshape, _where
+from .tracing import _build, _fail, _reduce, _reshape, _transpose, _where
 
 
 def _square(a, name: str):
@@ -269,6 +274,123 @@ def multi_dot(arrays, *, out=None):
     return r
 
 
+@functools.cache
+def _gesdd_available() -> bool:
+    """Whether scipy's LAPACK (which generated code calls for ``svd``) is installed."""
+    try:
+        from scipy.linalg import cython_lapack
+    except ImportError:
+        return False
+    return "dgesdd" in cython_lapack.__pyx_capi__
+
+
+def _svd_fits(shape) -> bool:
+    m, n = shape[-2:]
+    return min(m, n) <= ops.SVD_MAX_K and m * n <= ops.SVD_MAX_SIZE
+
+
+def _svd_check(a, name: str):
+    """``a`` as a tracer of at least 2 dimensions that one ``svd`` node per matrix takes."""
+    a = _t(a)
+    if a.ndim < 2:
+        raise _fail(f"numpy.linalg.{name}: the array must have at least 2 dimensions")
+    if not _gesdd_available():
+        raise _fail(
+            f"numpy.linalg.{name} needs scipy's LAPACK (dgesdd), which tapejit calls as numpy "
+            "does: pip install scipy"
+        )
+    if 0 in a.shape[-2:] or not _svd_fits(a.shape):
+        raise _fail(
+            f"numpy.linalg.{name}: tapejit's SVD takes matrices with min(m, n) <= "
+            f"{ops.SVD_MAX_K} and m n <= {ops.SVD_MAX_SIZE} (its work arrays live on the "
+            f"stack), got {a.shape[-2:]}"
+        )
+    return a
+
+
+def _svd2(a):
+    """(U, s, Vt) of one (m, n) matrix: one ``svd`` node, its flat result cut in three."""
+    m, n, k = ops.svd_sizes(a.shape)
+    out = _build(lambda x: ops.make(Op.SVD, ops._float(x)), a)
+    u = _reshape(out[: m * k], (m, k))
+    return u, out[m * k : m * k + k], _reshape(out[m * k + k :], (k, n))
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """``np.linalg.svd(a, full_matrices=False)`` -> ``(U, s, Vt)`` for ``a`` (..., m, n): U
+    (..., m, k), s (..., k) descending, Vt (..., k, n), k = min(m, n); ``compute_uv=False``
+    gives ``s``. Needs scipy: one ``svd`` node per matrix, a call of LAPACK's ``dgesdd``
+    (jobz='S') — the routine numpy calls, so the singular vectors' signs agree with numpy's —
+    for min(m, n) <= 48 and m n <= 4096 (``ops.SVD_MAX_K``, ``ops.SVD_MAX_SIZE``).
+
+    Derivatives are the closed-form rules for the real thin SVD (Townsend 2016; Giles 2008),
+    with F[i, j] = 1 / (s_j^2 - s_i^2): undefined (inf or NaN) where singular values coincide,
+    or (for m != n, through S^-1) where one is 0 — as for any SVD derivative. The default
+    ``full_matrices=True`` works for square matrices; for m != n the extra singular vectors are
+    not unique (any orthonormal basis of the complement), so their derivative is undefined and
+    it is refused. ``hermitian=True`` (numpy's eigh-based path, other signs) is refused unless
+    ``compute_uv=False``."""
+    a = _svd_check(a, "svd")
+    m, n = a.shape[-2:]
+    if full_matrices and compute_uv and m != n:
+        raise _fail(
+            "numpy.linalg.svd with full_matrices=True (numpy's default) of a non-square matrix: "
+            "the extra singular vectors are not unique, so their derivative is undefined; use "
+            "full_matrices=False"
+        )
+    if hermitian and compute_uv:
+        raise _fail(
+            "numpy.linalg.svd with hermitian=True is not supported (numpy's eigh-based path "
+            "picks other signs); use hermitian=False, or np.linalg.eigh"
+        )
+    if not compute_uv:
+        return _batched(lambda x: _svd2(x)[1], a)
+    return _batched(_svd2, a)
+
+
+def _singular_norm(x, ord, axis, keepdims):
+    """The matrix norms of the singular values: 'nuc' (their sum), 2 (the largest), -2 (the
+    smallest), over the axis pair ``axis`` (None: the last two of a 2-D array)."""
+    rows, cols = (0, 1) if axis is None else (_axis(axis[0], x.ndim), _axis(axis[1], x.ndim))
+    rest = [d for d in range(x.ndim) if d not in (rows, cols)]
+    s = svd(_transpose(x, tuple(rest) + (rows, cols)), compute_uv=False)
+    last = s.ndim - 1
+    if ord == "nuc":
+        r = _reduce(Op.REDUCE_SUM, s, last)
+    else:
+        r = s[..., 0] if ord == 2 else s[..., -1]  # s is descending
+    if keepdims:
+        shape = list(x.shape)
+        shape[rows] = shape[cols] = 1
+        r = _reshape(r, tuple(shape))
+    return r
+
+
+def norm(x, ord=None, axis=None, keepdims=False):
+    """``np.linalg.norm``: the vector norms and the matrix norms 'fro', 1, -1, inf, -inf
+    (``tapejit.np_math._norm``), and the matrix norms of the singular values — 'nuc', 2, -2 —
+    through :func:`svd` (so these need scipy; the derivative of 2 / -2 is undefined where the
+    largest / smallest singular value is repeated)."""
+    x = _t(x)
+    if axis is not None and np.ndim(axis) == 0:
+        axis = (axis,)
+    matrix = (axis is None and x.ndim == 2) or (axis is not None and len(axis) == 2)
+    if matrix and (isinstance(ord, str) and ord == "nuc" or ord in (2, -2)):
+        return _singular_norm(x, ord, axis, keepdims)
+    return _norm(x, ord, axis, keepdims)
+
+
+def _pinv_svd(a, rcond):
+    """numpy's pseudo-inverse: V diag(1/s) U^T with the singular values s <= rcond max(s)
+    treated as zero — by a traced select, so the rank is not a guard and the same code serves
+    matrices of any rank (the derivative is that of the truncated pseudo-inverse, valid where
+    the rank is locally constant)."""
+    u, s, vt = _svd2(a)
+    large = s > rcond * s[0]  # s is descending: s[0] is the largest
+    inv = _where(large, 1.0 / _where(large, s, 1.0), 0.0)  # no inf, so no 0 * inf cotangent
+    return _transpose(vt * inv[:, None], (1, 0)) @ _transpose(u, (1, 0))
+
+
 def _pinv2(a):
     m, n = a.shape
     g = a.T @ a if m >= n else a @ a.T  # the Gram matrix of the smaller side: full rank or not
@@ -278,23 +400,50 @@ def _pinv2(a):
     # check is a guard, so a rank-deficient input at run time is refused too)
     if not bool(_reduce(Op.REDUCE_MAX, -pivots) * -1.0 > 1e-13 * _reduce(Op.REDUCE_MAX, pivots)):
         raise _fail(
-            "numpy.linalg.pinv: a rank-deficient (or numerically singular) matrix is not supported"
+            "numpy.linalg.pinv: a rank-deficient (or numerically singular) matrix needs an SVD, "
+            "which needs scipy's LAPACK (pip install scipy) and min(m, n) <= "
+            f"{ops.SVD_MAX_K}, m n <= {ops.SVD_MAX_SIZE}"
         )
     return _solve2(g, a.T) if m >= n else _solve2(g, a).T
 
 
-def pinv(a, rcond=None, hermitian=False, *, rtol=None):
-    """``np.linalg.pinv(a)`` for ``a`` (..., m, n) of full rank: ``(A^T A)^-1 A^T`` (m >= n) or
-    ``A^T (A A^T)^-1`` — equal to the SVD's pseudo-inverse there, and so are their derivatives."""
-    if rcond is not None or rtol is not None or hermitian:
-        raise _fail("numpy.linalg.pinv: rcond=, rtol= and hermitian= are not supported")
+_NO_VALUE = object()
+
+
+def pinv(a, rcond=None, hermitian=False, *, rtol=_NO_VALUE):
+    """``np.linalg.pinv(a)`` for ``a`` (..., m, n), as numpy computes it: from the SVD
+    (:func:`svd`, LAPACK's ``dgesdd``), with the singular values s <= rcond * max(s) treated as
+    zero — rcond 1e-15 by default, ``max(m, n) * eps`` for ``rtol=None``, else ``rtol`` —
+    through a traced select, so matrices of any rank work and no guard depends on the rank.
+    The derivative is that of the pseudo-inverse at the matrix's rank (through the SVD's rules:
+    undefined where two kept singular values coincide exactly, e.g. an orthogonal matrix).
+
+    Without scipy (or beyond the SVD's size caps): ``(A^T A)^-1 A^T`` (m >= n) or
+    ``A^T (A A^T)^-1`` by LU, for full-rank matrices only (a guard refuses the others)."""
+    if hermitian:
+        raise _fail("numpy.linalg.pinv: hermitian= is not supported")
     a = _t(a)
     if a.ndim < 2:
         raise _fail("numpy.linalg.pinv: the array must have at least 2 dimensions")
+    if rcond is not None and rtol is not _NO_VALUE:
+        raise _fail("numpy.linalg.pinv: rtol and rcond can't be both set")
+    if rcond is None:
+        rcond = 1e-15 if rtol is _NO_VALUE else rtol
+        if rcond is None:
+            rcond = max(a.shape[-2:]) * np.finfo(np.float64).eps
+    if np.ndim(rcond) != 0:
+        raise _fail("numpy.linalg.pinv: only a scalar rcond / rtol is supported")
+    rcond = float(rcond)
+    if _gesdd_available() and 0 not in a.shape[-2:] and _svd_fits(a.shape):
+        return _batched(lambda m: _pinv_svd(m, rcond), a)
+    if rcond != 1e-15:
+        raise _fail("numpy.linalg.pinv: rcond= and rtol= need the SVD (pip install scipy)")
     return _batched(_pinv2, a)
 
 
 FUNCTIONS = {
+    np.linalg.svd: svd,
+    np.linalg.norm: norm,
     np.linalg.pinv: pinv,
     np.linalg.matrix_power: matrix_power,
     np.linalg.multi_dot: multi_dot,

@@ -112,6 +112,7 @@ class Op(enum.StrEnum):
     # linear algebra
     MATMUL = "matmul"
     EIGH = "eigh"
+    SVD = "svd"
     # control
     LOOP = "loop"
     # a derivative given by hand (tapejit.custom): its value is its first operand
@@ -401,6 +402,40 @@ def _eigh(types, attrs):
     if t.shape[0] > EIGH_MAX:
         raise ValueError(f"eigh takes matrices up to {EIGH_MAX} x {EIGH_MAX}, got {t.shape}")
     return Type((t.shape[0] + 1, t.shape[0]), "f64")
+
+
+#: Largest thin SVD an ``svd`` node takes: k = min(m, n) <= SVD_MAX_K and m n <= SVD_MAX_SIZE.
+#: Codegen keeps a column-major copy of the matrix, U, s, Vt and LAPACK ``dgesdd``'s work
+#: arrays (:func:`svd_lwork` doubles, 8k ints) on the stack — at most ~230 KiB at these sizes.
+SVD_MAX_K = 48
+SVD_MAX_SIZE = 4096
+
+
+def svd_lwork(m: int, n: int) -> int:
+    """``dgesdd``'s workspace for jobz='S' (doubles): above both minimums its documentation has
+    stated, 4k^2 + 6k + max(m, n) (LAPACK >= 3.7) and 3k^2 + max(max(m, n), 4k^2 + 4k)."""
+    k = min(m, n)
+    return 7 * k * k + 6 * k + max(m, n)
+
+
+def svd_sizes(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    """(m, n, k) of an ``svd`` operand of ``shape`` (m, n), k = min(m, n)."""
+    m, n = shape
+    return m, n, min(m, n)
+
+
+def _svd(types, attrs):
+    (t,) = types
+    _need(types, "f64", "svd")
+    if t.ndim != 2 or 0 in t.shape or attrs:
+        raise ValueError(f"svd needs one non-empty matrix and no attributes, got {t.shape} {attrs}")
+    m, n, k = svd_sizes(t.shape)
+    if k > SVD_MAX_K or m * n > SVD_MAX_SIZE:
+        raise ValueError(
+            f"svd takes matrices with min(m, n) <= {SVD_MAX_K} and m n <= {SVD_MAX_SIZE}, "
+            f"got {t.shape}"
+        )
+    return Type((m * k + k + k * n,), "f64")
 
 
 def _leaf(types, attrs):
@@ -919,6 +954,95 @@ def _eigh_ref(attrs, x):
     return np.concatenate([w[None, :], v], axis=0)
 
 
+def _svd_parts(out: Node, a: Node) -> tuple[Node, Node, Node, Node, Node]:
+    """(U, s, Vt, eye, F) of an ``svd`` result of the (m, n) matrix ``a``: U (m, k), s (k,),
+    Vt (k, n), the k x k identity and F[i, j] = 1 / (s_j^2 - s_i^2) off the diagonal, 0 on it
+    (built as :func:`_eigh_parts` builds its F, from the squared singular values)."""
+    k = min(a.shape)
+    u, s, vt = (_svd_slice(out, a, part) for part in range(3))
+    eye = _eye(k)
+    s2 = mul(s, s)
+    gaps = sub(reshape(s2, (1, k)), reshape(s2, (k, 1)))
+    return u, s, vt, eye, sub(div(const(1.0), add(gaps, eye)), eye)
+
+
+def _svd_slice(flat: Node, a: Node, part: int) -> Node:
+    """Part 0 (U, m x k), 1 (s, k) or 2 (Vt, k x n) of an ``svd`` result (or its cotangent)."""
+    m, n, k = svd_sizes(a.shape)
+    start, shape = ((0, (m, k)), (m * k, (k,)), (m * k + k, (k, n)))[part]
+    return reshape(index(flat, ((start, start + math.prod(shape), 1),)), shape)
+
+
+def _svd_pack(a: Node, u: Node, s: Node, vt: Node) -> Node:
+    """The flat ``svd`` layout of (U, s, Vt) tangents: [U row-major | s | Vt row-major]."""
+    m, n, k = svd_sizes(a.shape)
+    acc = const(0.0, (m * k + k + k * n,))
+    for start, part in ((0, u), (m * k, s), (m * k + k, vt)):
+        size = math.prod(part.shape)
+        acc = make(Op.SCATTER, acc, reshape(part, (size,)), attrs=((start, start + size, 1),))
+    return acc
+
+
+def _svd_vjp(g, out, a):
+    """Cotangent of A = U diag(s) V^T from those of the thin SVD's U, s and Vt (Townsend 2016,
+    "Differentiating the singular value decomposition", eq. for the real thin SVD; Giles 2008,
+    sec. 3.2): with S = diag(s), J = F o (U^T U_bar - U_bar^T U), K = F o (V^T V_bar - V_bar^T V),
+
+        A_bar = U (J S + diag(s_bar) + S K) V^T
+              + (I - U U^T) U_bar S^-1 V^T      (m > k only: else U U^T = I)
+              + U S^-1 V_bar^T (I - V V^T)      (n > k only).
+
+    Checked against central differences and against :func:`_svd_jvp` (tests/test_svd.py)."""
+    m, n, k = svd_sizes(a.shape)
+    u, s, vt, eye, f = _svd_parts(out, a)
+    gu, gs, gvt = (_svd_slice(g, a, part) for part in range(3))
+    row, col = reshape(s, (1, k)), reshape(s, (k, 1))
+    x = matmul(_transpose2(u), gu)  # U^T U_bar
+    y = matmul(vt, _transpose2(gvt))  # V^T V_bar
+    j = mul(f, sub(x, _transpose2(x)))
+    kk = mul(f, sub(y, _transpose2(y)))
+    inner = add(add(mul(j, row), mul(eye, reshape(gs, (1, k)))), mul(col, kk))
+    if n > k:  # U S^-1 V_bar^T (I - V V^T) = U (S^-1 (V_bar^T - y^T V^T))
+        inner_vt = add(matmul(inner, vt), div(sub(gvt, matmul(_transpose2(y), vt)), col))
+    else:
+        inner_vt = matmul(inner, vt)
+    abar = matmul(u, inner_vt)
+    if m > k:  # (I - U U^T) U_bar S^-1 V^T = ((U_bar - U x) / s) V^T
+        abar = add(abar, matmul(div(sub(gu, matmul(u, x)), row), vt))
+    return (abar,)
+
+
+def _svd_jvp(t, out, a):
+    """Tangents of the thin SVD (the rule of :func:`_svd_vjp`, forward): with dP = U^T dA V,
+    M = S dP + dP^T S (symmetric) and F antisymmetric, ds = diag(dP),
+
+        dU  = U (F o (dP S + S dP^T)) + (dA V - U dP) S^-1       (second term for m > k)
+        dVt = -(F o M) V^T + S^-1 (U^T dA - dP V^T)              (second term for n > k)."""
+    (ta,) = t
+    if ta is None:
+        return None
+    m, n, k = svd_sizes(a.shape)
+    u, s, vt, eye, f = _svd_parts(out, a)
+    row, col = reshape(s, (1, k)), reshape(s, (k, 1))
+    ut_da = matmul(_transpose2(u), ta)  # k x n
+    da_v = matmul(ta, _transpose2(vt))  # m x k
+    dp = matmul(ut_da, _transpose2(vt))
+    dpt = _transpose2(dp)
+    ds = reduce(Op.REDUCE_SUM, mul(dp, eye), (0,))
+    du = matmul(u, mul(f, add(mul(dp, row), mul(col, dpt))))
+    if m > k:
+        du = add(du, div(sub(da_v, matmul(u, dp)), row))
+    dvt = neg(matmul(mul(f, add(mul(col, dp), mul(dpt, row))), vt))
+    if n > k:
+        dvt = add(dvt, div(sub(ut_da, matmul(dp, vt)), col))
+    return _svd_pack(a, du, ds, dvt)
+
+
+def _svd_ref(attrs, x):
+    u, s, vt = np.linalg.svd(np.asarray(x, dtype=np.float64), full_matrices=False)
+    return np.concatenate([u.ravel(), s, vt.ravel()])
+
+
 _ZERO_TANGENT = lambda t, out, *args: None  # noqa: E731
 
 # ----------------------------------------------------------------------------------------------
@@ -1387,6 +1511,9 @@ defop(Op.MATMUL, "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),
 # eigh(a): row 0 the eigenvalues (ascending), rows 1..n the eigenvectors (columns) of the
 # symmetric matrix a, by LAPACK's dsyevd reading triangle attrs[0] (codegen/blas.py)
 defop(Op.EIGH, "linalg", 1, _eigh, _eigh_ref, _eigh_vjp, jvp=_eigh_jvp)
+# svd(a): the thin SVD of the (m, n) matrix a, k = min(m, n), flat: U (m x k, row-major), then
+# s (k, descending), then Vt (k x n, row-major), by LAPACK's dgesdd, jobz='S' (codegen/blas.py)
+defop(Op.SVD, "linalg", 1, _svd, _svd_ref, _svd_vjp, jvp=_svd_jvp)
 defop(Op.LOOP, "control", -1, _loop, _loop_ref, _loop_vjp, jvp=_loop_jvp)
 # custom(out, operands...): the value is out; the rules are the user's (attrs[0], a
 # tapejit.custom.Rule); the passes replace the node by out before code generation

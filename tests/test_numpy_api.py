@@ -412,8 +412,12 @@ def test_fmod_and_mod_divisor_cotangent_where_the_quotient_rounds_low():
     np.testing.assert_array_equal(gx, [3.0, 3.0])
 
 
-def test_pinv_of_a_rank_deficient_matrix_is_a_clear_error():
-    """Its derivative needs an SVD: refused at compile time and, through a guard, at run time."""
+def test_pinv_of_a_rank_deficient_matrix_without_scipy_is_a_clear_error(monkeypatch):
+    """Its derivative needs an SVD (tests/test_svd.py), which needs scipy's LAPACK: without it
+    refused at compile time and, through a guard, at run time."""
+    from tapejit import numpy_linalg
+
+    monkeypatch.setattr(numpy_linalg, "_gesdd_available", lambda: False)
     x = np.random.default_rng(3).standard_normal((3, 4))
     with pytest.raises(tj.TracingError, match="rank-deficient"):
         tj.compile(lambda x: np.sum(np.linalg.pinv(x.T @ x)), x, cache=False)

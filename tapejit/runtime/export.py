@@ -356,12 +356,15 @@ def export_variant(
             "export writes gradients (compile(..., mode='grad')); a transformation's program "
             "(jvp, vjp, a Jacobian, an HVP, a Hessian) has no C header layout yet"
         )
-    if blas.SYEVD_SYMBOL in variant.ir("llvm"):
-        raise ValueError(
-            "export: this gradient calls LAPACK (np.linalg.eigh) through scipy at run time, "
-            "which an exported object file cannot bind; compute the eigendecomposition outside "
-            "the exported function, or pickle the compiled gradient instead"
-        )
+    llvm = variant.ir("llvm")
+    lapack = ((blas.SYEVD_SYMBOL, "np.linalg.eigh"), (blas.GESDD_SYMBOL, "np.linalg.svd"))
+    for symbol, what in lapack:
+        if symbol in llvm:
+            raise ValueError(
+                f"export: this gradient calls LAPACK ({what}) through scipy at run time, which "
+                "an exported object file cannot bind; compute the decomposition outside the "
+                "exported function, or pickle the compiled gradient instead"
+            )
     directory, stem = _destination(path, name)
     try:
         directory.mkdir(parents=True, exist_ok=True)
