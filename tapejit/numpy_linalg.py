@@ -34,6 +34,7 @@ from .np_common import _axis, _like, _t
 from .np_math import _norm
 from .np_shape import _concatenate, _stack
 from . import ops
+from .custom import custom_jvp
 from .ops import Op
 from .tracing import _build, _fail, _reduce, _reshape, _transpose, _where
 
@@ -380,15 +381,45 @@ def norm(x, ord=None, axis=None, keepdims=False):
     return _norm(x, ord, axis, keepdims)
 
 
-def _pinv_svd(a, rcond):
+def _pinv_values(a, rcond):
     """numpy's pseudo-inverse: V diag(1/s) U^T with the singular values s <= rcond max(s)
     treated as zero — by a traced select, so the rank is not a guard and the same code serves
-    matrices of any rank (the derivative is that of the truncated pseudo-inverse, valid where
-    the rank is locally constant)."""
+    matrices of any rank."""
     u, s, vt = _svd2(a)
     large = s > rcond * s[0]  # s is descending: s[0] is the largest
     inv = _where(large, 1.0 / _where(large, s, 1.0), 0.0)  # no inf, so no 0 * inf cotangent
     return _transpose(vt * inv[:, None], (1, 0)) @ _transpose(u, (1, 0))
+
+
+@functools.cache
+def _pinv_rule(rcond: float) -> custom_jvp:
+    """The pseudo-inverse with its closed-form derivative (Golub & Pereyra, "The
+    differentiation of pseudo-inverses and nonlinear least squares problems", SIAM J. Numer.
+    Anal. 10, 1973): with P = A^+, dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P,
+    valid where the rank is locally constant. Unlike differentiating through the SVD it is
+    defined where singular values coincide (an orthogonal matrix, the identity). Reverse mode
+    transposes it (it is linear in dA)."""
+
+    @custom_jvp
+    def pinv_at_rank(a):
+        return _pinv_values(a, rcond)
+
+    @pinv_at_rank.defjvp
+    def _jvp(primals, tangents):
+        (a,), (da,) = primals, tangents
+        p = _pinv_values(a, rcond)
+        m, n = a.shape
+        left = np.eye(m) - a @ p  # projects onto the complement of A's range
+        right = np.eye(n) - p @ a  # ... of A's row space
+        dat = _transpose(da, (1, 0))
+        pt = _transpose(p, (1, 0))
+        return p, -(p @ da @ p) + p @ pt @ dat @ left + right @ dat @ pt @ p
+
+    return pinv_at_rank
+
+
+def _pinv_svd(a, rcond):
+    return _pinv_rule(rcond)(a)
 
 
 def _pinv2(a):
@@ -415,8 +446,8 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=_NO_VALUE):
     (:func:`svd`, LAPACK's ``dgesdd``), with the singular values s <= rcond * max(s) treated as
     zero — rcond 1e-15 by default, ``max(m, n) * eps`` for ``rtol=None``, else ``rtol`` —
     through a traced select, so matrices of any rank work and no guard depends on the rank.
-    The derivative is that of the pseudo-inverse at the matrix's rank (through the SVD's rules:
-    undefined where two kept singular values coincide exactly, e.g. an orthogonal matrix).
+    The derivative is the closed form of Golub & Pereyra (1973) at the matrix's rank (defined
+    where singular values coincide too: the identity, an orthogonal matrix).
 
     Without scipy (or beyond the SVD's size caps): ``(A^T A)^-1 A^T`` (m >= n) or
     ``A^T (A A^T)^-1`` by LU, for full-rank matrices only (a guard refuses the others)."""

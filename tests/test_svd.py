@@ -189,3 +189,24 @@ def test_pickled_gradient_rebinds_lapack():
     value, gr = grad.value_and_grad(a)
     assert value == pytest.approx(f(a), rel=1e-12)
     assert _directional(f, a, gr) < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["identity", "orthogonal", "scaled orthogonal"])
+def test_pinv_derivative_where_singular_values_coincide(kind):
+    """Golub & Pereyra's closed form: finite where the SVD's own derivative is not."""
+    q = np.linalg.qr(RNG.standard_normal((4, 4)))[0]
+    a = {"identity": np.eye(4), "orthogonal": q, "scaled orthogonal": 3.0 * q}[kind]
+    w = RNG.standard_normal((4, 4))
+
+    def f(x):
+        return np.sum(np.linalg.pinv(x) * w)
+
+    value, g = tj.compile(f, a, cache=False).value_and_grad(a)
+    assert value == pytest.approx(f(a), rel=1e-12)
+    assert np.all(np.isfinite(g))
+    for _ in range(3):
+        d = RNG.standard_normal(a.shape)
+        fd = (f(a + 1e-6 * d) - f(a - 1e-6 * d)) / 2e-6
+        assert np.sum(g * d) == pytest.approx(fd, rel=1e-6, abs=1e-9)
+    _, tangent = tj.jvp(f, (a,), (d,))
+    assert tangent == pytest.approx(np.sum(g * d), rel=1e-12, abs=1e-12)
