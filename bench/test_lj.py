@@ -1,6 +1,7 @@
-"""The Lennard-Jones energy of N atoms written row by row — a Python loop whose iteration i
-works on a slice of N-1-i rows, so the traced program has N-1 kernels of each shape, one per
-length (``tests/test_kernels.py``) — tapejit against hand-written gradients.
+"""The Lennard-Jones energy of N atoms written as Python loops — row by row (iteration i works
+on a slice of N-1-i rows, so the traced program has N-1 kernels of each shape, one per length,
+``tests/test_kernels.py``) and as a scalar double loop over pairs (re-rolled into native loops)
+— tapejit against hand-written gradients.
 
     E = sum_{i<j} 4 (s_ij^2 - s_ij),   s_ij = 1 / r2_ij^3,   r2_ij = |x_j - x_i|^2
     dE/dx_j = sum_{i != j} 2 (x_j - x_i) f_ij,   f_ij = -12 s_ij (2 s_ij - 1) / r2_ij
@@ -25,12 +26,13 @@ from benchutil import C_FLAGS, FAST_MATH, assert_close, tag
 import tapejit as tj
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from pair_potential import lattice, lj_grad_numpy, lj_rows  # noqa: E402  (the model, once)
+from pair_potential import lattice, lj_grad_numpy, lj_pairs, lj_rows  # noqa: E402  (the models)
 
 SIZES = [64, 256]
 RTOL, RTOL_FAST = 1e-11, 1e-10
-GRAD = "LJ row model gradient, one call from Python (µs per call)"
-COLD = "LJ row model: cold compile + first call (ms)"
+GRAD = "LJ gradient, rows and scalar pair-loop forms, one call from Python (µs per call)"
+COLD = "LJ models: cold compile + first call (ms)"
+FORMS = {"rows": lj_rows, "pair loop": lj_pairs}
 
 C_SOURCE = r"""
 #include <stdint.h>
@@ -59,10 +61,18 @@ C_BUILDS = {"C -O3": C_FLAGS, "C -O3 fast-math": FAST_MATH}
 
 @pytest.fixture(scope="module", params=SIZES, ids=lambda n: f"N={n}")
 def case(request):
-    """(N, positions, compiled gradient, reference gradient)."""
+    """(N, positions, compiled gradient of the rows form, reference gradient)."""
     n = request.param
     pos = lattice(n)
     return n, pos, tj.compile(lj_rows, pos), lj_grad_numpy(pos)
+
+
+@pytest.fixture(scope="module", params=SIZES, ids=lambda n: f"N={n}")
+def pairs(request):
+    """(N, positions, compiled gradient of the scalar pair-loop form, reference gradient)."""
+    n = request.param
+    pos = lattice(n)
+    return n, pos, tj.compile(lj_pairs, pos), lj_grad_numpy(pos)
 
 
 def _check(g, ref, rtol, what):
@@ -70,12 +80,22 @@ def _check(g, ref, rtol, what):
 
 
 def test_tapejit(benchmark, case):
-    """tapejit ``grad(pos, out=g)``."""
+    """tapejit ``grad(pos, out=g)``, rows form."""
     n, pos, grad, ref = case
     g = np.empty_like(pos)
     grad(pos, out=g)
     _check(g, ref, RTOL, "tapejit")
-    tag(benchmark, GRAD, f"N={n}", "tapejit")
+    tag(benchmark, GRAD, f"N={n}", "tapejit, rows")
+    benchmark(grad, pos, out=g)
+
+
+def test_tapejit_pair_loop(benchmark, pairs):
+    """tapejit ``grad(pos, out=g)``, scalar pair-loop form (re-rolled)."""
+    n, pos, grad, ref = pairs
+    g = np.empty_like(pos)
+    grad(pos, out=g)
+    _check(g, ref, RTOL, "tapejit pair loop")
+    tag(benchmark, GRAD, f"N={n}", "tapejit, pair loop")
     benchmark(grad, pos, out=g)
 
 
@@ -101,14 +121,15 @@ def test_c(benchmark, case, cc, build):
     benchmark(lib.lj_grad, px, pg, n)
 
 
-def test_cold_first_call(benchmark, case):
-    """``tj.compile(lj_rows, pos, cache=False)`` plus the first call, in this process."""
+@pytest.mark.parametrize("form", list(FORMS))
+def test_cold_first_call(benchmark, case, form):
+    """``tj.compile(model, pos, cache=False)`` plus the first call, in this process."""
     n, pos, _, ref = case
     g = np.empty_like(pos)
 
     def cold():
-        tj.compile(lj_rows, pos, cache=False)(pos, out=g)
+        tj.compile(FORMS[form], pos, cache=False)(pos, out=g)
 
-    tag(benchmark, COLD, f"N={n}", "tapejit cold (cache=False)", unit="ms")
-    benchmark.pedantic(cold, rounds=3, iterations=1)
+    tag(benchmark, COLD, f"N={n}", f"tapejit cold, {form}", unit="ms")
+    benchmark.pedantic(cold, rounds=1 if form == "pair loop" and n > 64 else 3, iterations=1)
     _check(g, ref, RTOL, "tapejit cold")
