@@ -148,7 +148,7 @@ def _lower_svd(L: Lowering, n: Node) -> None:
     """``svd(a)`` by LAPACK's ``dgesdd`` (jobz='S') through :data:`blas.GESDD_SYMBOL` on a
     column-major copy of ``a`` (m x n) in the frame, with U (ldu = m) and Vt (ldvt = k) and the
     work arrays (:func:`ops.svd_lwork` doubles, 8k ints) there too; the result takes U and Vt
-    back in row-major order around s (the layout of ``ops._svd_ref``). A null pointer (no
+    back in row-major order around s (the layout of ``tapejit.ops_linalg._svd_ref``). A null pointer (no
     LAPACK bound) or ``info != 0`` (no convergence, or a NaN in ``a``) gives NaN."""
     (a,) = n.args
     m, cols, k = ops.svd_sizes(a.shape)  # capped by ops.SVD_MAX_*: the frame holds it all

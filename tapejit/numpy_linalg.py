@@ -212,7 +212,7 @@ def _lapack_available() -> bool:
 
 def _eigh_lapack(a, uplo="L"):
     """One ``eigh`` node (LAPACK ``dsyevd``, as numpy) on the matrix symmetrised from the
-    triangle LAPACK reads; its derivative rules are the closed-form ones (ops._eigh_vjp)."""
+    triangle LAPACK reads; its derivative rules are the closed-form ones (tapejit.ops_linalg)."""
     n = a.shape[0]
     low = np.tril(a) if uplo == "L" else np.triu(a).T
     sym = low + np.tril(low, -1).T
