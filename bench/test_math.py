@@ -42,6 +42,18 @@ FUNCS = {
               lambda x: 0.7 / (0.49 + x * x),                                                 (-10, 10)),
     "pow":   (lambda x: x**2.5,      lambda x, out: np.power(x, 2.5, out=out),
               lambda x: 2.5 * x**1.5,                                                         (0.1, 10)),
+    # compositions of the primitives above (tapejit/np_math.py)
+    "tan":   (np.tan,                np.tan,                lambda x: 1 / np.cos(x) ** 2,     (-1.4, 1.4)),
+    "arcsin": (np.arcsin,            np.arcsin,             lambda x: 1 / np.sqrt(1 - x * x), (-0.99, 0.99)),
+    "sinh":  (np.sinh,               np.sinh,               np.cosh,                          (-5, 5)),
+    "cosh":  (np.cosh,               np.cosh,               np.sinh,                          (-5, 5)),
+    "arcsinh": (np.arcsinh,          np.arcsinh,            lambda x: 1 / np.sqrt(1 + x * x), (-10, 10)),
+    "arctanh": (np.arctanh,          np.arctanh,            lambda x: 1 / (1 - x * x),        (-0.99, 0.99)),
+    "log2":  (np.log2,               np.log2,               lambda x: 1 / (x * np.log(2)),    (0.1, 10)),
+    "exp2":  (np.exp2,               np.exp2,               lambda x: np.log(2) * np.exp2(x), (-5, 5)),
+    "cbrt":  (np.cbrt,               np.cbrt,               lambda x: np.cbrt(x) / (3 * x),   (0.1, 10)),
+    "hypot": (lambda x: np.hypot(x, 0.7), lambda x, out: np.hypot(x, 0.7, out=out),
+              lambda x: x / np.hypot(x, 0.7),                                                 (-10, 10)),
 }  # fmt: skip
 
 
