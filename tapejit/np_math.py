@@ -12,6 +12,7 @@ import numpy as np
 
 from .np_common import _axis, _float_dtype, _no_kwargs, _no_out, _t
 from .np_shape import _broadcast_to, _diagonal, _moveaxis, _squeeze, _stack
+from .custom import custom_jvp
 from .ops import Op
 from .tracing import _binary, _fail, _matmul, _reduce, _reshape, _transpose, _unary, _where, lift
 
@@ -219,14 +220,46 @@ def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 
+# e^a / 2 and e^-a / 2 as E (e/2) and (1/(2e)) / E with E = exp(a - 1): a - 1 is exact, and
+# e^a / 2 stays finite up to a = 710.47 (e^a itself overflows from 709.78)
+_HALF_E, _HALF_INV_E = math.e / 2.0, 0.5 / math.e
+#: sinh(x) = x + x z P(z), z = x^2, for |x| < 1: the Taylor series to x^19 / 19! (next term
+#: below 2^-62 of the result)
+_SINH_TAYLOR = [1.0 / math.factorial(2 * k + 1) for k in range(1, 10)]
+
+
 def _sinh(x):
+    """sinh from one exp, e^|x| / 2 - e^-|x| / 2 (finite up to |x| = 710.47, as numpy's), and
+    below |x| = 1, where that difference cancels, the Taylor series (keeps -0.0); within 2 ulp.
+    Shares its exp with :func:`_cosh` (the same node), so a cosh and its derivative cost one."""
     x = _t(x)
-    return 0.5 * (np.expm1(x) - np.expm1(-x))  # exact near zero, as numpy's
+    a = abs(x)
+    e = np.exp(a - 1.0)
+    big = e * _HALF_E - _HALF_INV_E / e
+    z = x * x
+    p = _SINH_TAYLOR[-1]
+    for c in reversed(_SINH_TAYLOR[:-1]):
+        p = p * z + c
+    return _where(a < 1.0, x + x * z * p, _where(x < 0.0, -big, big))
+
+
+@custom_jvp
+def _cosh_values(x):
+    """e^|x| / 2 + e^-|x| / 2 from one exp (finite up to |x| = 710.47, as numpy's)."""
+    e = np.exp(abs(x) - 1.0)
+    return e * _HALF_E + _HALF_INV_E / e
+
+
+@_cosh_values.defjvp
+def _cosh_jvp(primals, tangents):
+    # d cosh = sinh dx, from sinh's own formula: differentiating the sum above would cancel
+    # near 0, where sinh(x) ~ x is tiny
+    (x,), (t,) = primals, tangents
+    return _cosh_values(x), _sinh(x) * t
 
 
 def _cosh(x):
-    e = np.exp(-abs(_t(x)))
-    return 0.5 * (1.0 / e + e)
+    return _cosh_values(_t(x))
 
 
 def _tan(x):
