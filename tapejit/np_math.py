@@ -291,13 +291,27 @@ def _arccos(x):
 
 
 def _arccosh(x):
+    """FDLIBM's e_acosh.c split: log1p(t + sqrt(t (t + 2))) with t = x - 1 (exact) below 2^28
+    (no cancellation near 1), log(x) + ln 2 above (x^2 would overflow from 1.3e154); NaN
+    below 1, as numpy's."""
     x = _t(x)
-    return np.log(x + np.sqrt(x * x - 1.0))
+    big = x > 2.0**28
+    t = np.minimum(x, 2.0**28) - 1.0  # each branch sees only its own range: no inf * 0 in
+    xb = np.maximum(x, 2.0**28)  # the derivative of the branch not taken
+    t = np.maximum(t, 0.0)  # below 1 the result is NaN (and x - 1 < 0 would still be finite)
+    r = _where(big, np.log(xb) + _LN2, np.log1p(t + np.sqrt(t * (t + 2.0))))
+    return _where(x >= 1.0, r, np.nan)
 
 
 def _arctanh(x):
+    """FDLIBM's e_atanh.c on |x|: 0.5 log1p(2a + 2a^2 / (1 - a)) below 0.5, 0.5 log1p(2a / (1 -
+    a)) above (1 - a is exact there), the sign restored; x itself below 1e-9 (keeps -0.0)."""
     x = _t(x)
-    return 0.5 * np.log1p(2.0 * x / (1.0 - x))
+    a = abs(x)
+    d = 1.0 - a
+    u = _where(a < 0.5, 2.0 * a + 2.0 * a * a / d, 2.0 * a / d)
+    r = 0.5 * np.log1p(u)
+    return _where(a < 1e-9, x, _where(x < 0.0, -r, r))
 
 
 def _exp2(x):
@@ -313,9 +327,12 @@ def _log10(x):
 
 
 def _logaddexp(a, b):
+    """max + log1p(exp(-|a - b|)); equal infinities give that infinity, as numpy's (inf - inf
+    would be NaN: the difference is taken as 0 where a == b, which changes no other value)."""
     a, b = lift(a), lift(b)
     m = _binary(Op.MAXIMUM, a, b)
-    return m + np.log1p(np.exp(-abs(a - b)))
+    d = _where(a == b, 0.0, a - b)
+    return m + np.log1p(np.exp(-abs(d)))
 
 
 def _logaddexp2(a, b):
@@ -323,12 +340,16 @@ def _logaddexp2(a, b):
 
 
 def _hypot(a, b):
-    """sqrt(a^2 + b^2) scaled by max(|a|, |b|) so neither overflows nor underflows."""
+    """sqrt(a^2 + b^2) scaled by max(|a|, |b|) so neither overflows nor underflows; inf if
+    either is infinite (even with a NaN), else NaN if either is NaN, as numpy's."""
     a, b = abs(_t(a)), abs(_t(b))
-    m = _binary(Op.MAXIMUM, a, b)
-    s = _where(m > 0.0, m, 1.0)
+    m = _binary(Op.MAXIMUM, a, b)  # NaN if either is
+    finite = m < np.inf  # False for inf and NaN
+    s = _where(finite & (m > 0.0), m, 1.0)
     q = _binary(Op.MINIMUM, a, b) / s
-    return _where(m > 0.0, m * np.sqrt(1.0 + q * q), 0.0)
+    r = _where(m == 0.0, 0.0, s * np.sqrt(1.0 + q * q))
+    r = _where(finite, r, m)  # NaN stays NaN ...
+    return _where((a == np.inf) | (b == np.inf), np.inf, r)  # ... unless one is infinite
 
 
 def _sinc(x):

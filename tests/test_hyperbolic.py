@@ -41,3 +41,32 @@ def test_special_values_as_numpy():
             want = f(x)
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+EDGES = np.array([1e-300, 1e-20, 0.5, 0.999999, 1.0, 1.000001, 2.0, 30.0, 700.0, 1e20, 1e155,
+                  1e300, 1.7e308, np.inf, 0.0, -0.0, np.nan])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name,f",
+    [
+        ("arccosh", np.arccosh),
+        ("arctanh", np.arctanh),
+        ("hypot", lambda x: np.hypot(x, 0.7)),
+        ("hypot of itself", lambda x: np.hypot(x, x)),
+        ("logaddexp of itself", lambda x: np.logaddexp(x, x)),
+        ("logaddexp", lambda x: np.logaddexp(x, 0.3)),
+    ],
+)
+def test_composed_functions_at_the_edges_of_their_domains(name, f):
+    """Overflow, infinities, NaN, signed zeros and the cancellation-prone points (x near 1 for
+    arccosh, near -1 for arctanh) as numpy: within 4 ulp, special values exactly."""
+    x = np.concatenate([EDGES, -EDGES])
+    got = tj.compile(lambda v: f(v), x, mode="jvp", cache=False)(x, np.ones_like(x))[0]
+    with np.errstate(all="ignore"):
+        want = f(x)
+    special = ~np.isfinite(want) | (want == 0)
+    np.testing.assert_array_equal(got[special], want[special])
+    signed = special & ~np.isnan(want)  # a NaN's sign bit means nothing
+    np.testing.assert_array_equal(np.signbit(got[signed]), np.signbit(want[signed]))
+    assert _ulps(got[~special], want[~special]).max() <= 4.0
