@@ -39,6 +39,7 @@ def _primitive(op: ops.OpDef) -> Callable[..., Tracer]:
 from .np_common import _c_order, _float_dtype, _like, _no_out, _t
 from .np_math import (
     _arccos,
+    _cbrt,
     _arccosh,
     _arcsin,
     _arcsinh,
@@ -186,7 +187,7 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "isfinite": lambda x: abs(_t(x)) < np.inf,
     "signbit": lambda x: _t(x) < 0.0,
     "conjugate": lambda x: _t(x),  # real values are their own conjugate
-    "cbrt": lambda x: np.sign(_t(x)) * abs(_t(x)) ** (1.0 / 3.0),
+    "cbrt": _cbrt,
     # scipy.special's ufuncs (when scipy is installed; not a dependency)
     "expit": _expit,
     "log_expit": _log_expit,

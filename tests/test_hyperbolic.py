@@ -51,6 +51,7 @@ EDGES = np.array([1e-300, 1e-20, 0.5, 0.999999, 1.0, 1.000001, 2.0, 30.0, 700.0,
     "name,f",
     [
         ("arccosh", np.arccosh),
+        ("cbrt", np.cbrt),
         ("arctanh", np.arctanh),
         ("hypot", lambda x: np.hypot(x, 0.7)),
         ("hypot of itself", lambda x: np.hypot(x, x)),
