@@ -220,34 +220,39 @@ def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
 _LN2, _LN10 = math.log(2.0), math.log(10.0)
 
 
-# e^a / 2 and e^-a / 2 as E (e/2) and (1/(2e)) / E with E = exp(a - 1): a - 1 is exact, and
-# e^a / 2 stays finite up to a = 710.47 (e^a itself overflows from 709.78)
-_HALF_E, _HALF_INV_E = math.e / 2.0, 0.5 / math.e
-#: sinh(x) = x + x z P(z), z = x^2, for |x| < 1: the Taylor series to x^19 / 19! (next term
-#: below 2^-62 of the result)
-_SINH_TAYLOR = [1.0 / math.factorial(2 * k + 1) for k in range(1, 10)]
+# ln 2 = _LN2_HI + _LN2_LO with _LN2_HI a multiple of 2^-43, so a - _LN2_HI is exact for
+# |a| < 1024: e^a / 2 = e^(a - _LN2_HI) e^(-_LN2_LO), finite up to a = 710.47 as numpy's (e^a
+# itself overflows from 709.78)
+_LN2_HI, _LN2_LO = 0.6931471805598903, 5.497923018708371e-14
+
+
+def _expm1_parts(x):
+    """(a, big, t) for sinh and cosh of x: a = |x|; below 22, t = expm1(a); from 22 on, t + 1 =
+    e^a / 2 / e^(-_LN2_LO) (one expm1 either way, the same node for sinh and cosh)."""
+    a = abs(x)
+    big = a >= 22.0
+    t = np.expm1(_where(big, a - _LN2_HI, a))
+    return a, big, t
 
 
 def _sinh(x):
-    """sinh from one exp, e^|x| / 2 - e^-|x| / 2 (finite up to |x| = 710.47, as numpy's), and
-    below |x| = 1, where that difference cancels, the Taylor series (keeps -0.0); within 2 ulp.
-    Shares its exp with :func:`_cosh` (the same node), so a cosh and its derivative cost one."""
+    """FDLIBM's e_sinh.c with one expm1: 0.5 (t + t / (t + 1)) below |x| = 22 (no cancellation
+    near 0), e^|x| / 2 above (e^-|x| / 2 is below its last bit), the sign restored; x itself
+    below 1e-8 (keeps -0.0). Within 2 ulp; its derivative, cosh, comes out without
+    cancellation."""
     x = _t(x)
-    a = abs(x)
-    e = np.exp(a - 1.0)
-    big = e * _HALF_E - _HALF_INV_E / e
-    z = x * x
-    p = _SINH_TAYLOR[-1]
-    for c in reversed(_SINH_TAYLOR[:-1]):
-        p = p * z + c
-    return _where(a < 1.0, x + x * z * p, _where(x < 0.0, -big, big))
+    a, big, t = _expm1_parts(x)
+    r = _where(big, (t + 1.0) * (1.0 - _LN2_LO), 0.5 * (t + t / (t + 1.0)))
+    return _where(a < 1e-8, x, _where(x < 0.0, -r, r))
 
 
 @custom_jvp
 def _cosh_values(x):
-    """e^|x| / 2 + e^-|x| / 2 from one exp (finite up to |x| = 710.47, as numpy's)."""
-    e = np.exp(abs(x) - 1.0)
-    return e * _HALF_E + _HALF_INV_E / e
+    """0.5 (t + 1) + 0.5 / (t + 1) with t = expm1(|x|) below 22, e^|x| / 2 above (finite up to
+    |x| = 710.47, as numpy's); shares sinh's expm1."""
+    _, big, t = _expm1_parts(x)
+    u = t + 1.0
+    return _where(big, u * (1.0 - _LN2_LO), 0.5 * u + 0.5 / u)
 
 
 @_cosh_values.defjvp
