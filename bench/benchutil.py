@@ -11,6 +11,7 @@ batch, n elements). Columns whose name starts with ``tapejit`` are tapejit; the 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,8 +19,11 @@ from pathlib import Path
 import numpy as np
 
 GCC = shutil.which("gcc")
-C_FLAGS = ("-O3", "-march=native")
-FAST_MATH = ("-O3", "-march=native", "-ffast-math")
+#: Extra flags for every C reference, e.g. ``TAPEJIT_BENCH_CFLAGS=-mno-avx512f`` together with
+#: ``TAPEJIT_CPU_FEATURES=-avx512f`` to measure AVX2 code against AVX2 C on an AVX-512 host.
+EXTRA_CFLAGS = tuple(os.environ.get("TAPEJIT_BENCH_CFLAGS", "").split())
+C_FLAGS = ("-O3", "-march=native", *EXTRA_CFLAGS)
+FAST_MATH = ("-O3", "-march=native", "-ffast-math", *EXTRA_CFLAGS)
 
 
 class CCompiler:

@@ -87,4 +87,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         "llvm": ".".join(map(str, __import__("llvmlite.binding").binding.llvm_version_info)),
         "numba": numba_version,
         "gcc": _version([GCC or "gcc", "--version"]),
+        # code for another target than the host (TAPEJIT_CPU_FEATURES) and the C flags to match
+        "cpu_features": os.environ.get("TAPEJIT_CPU_FEATURES", ""),
+        "c_flags_extra": os.environ.get("TAPEJIT_BENCH_CFLAGS", ""),
     }

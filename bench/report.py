@@ -94,6 +94,11 @@ def machine(data: dict) -> str:
         f"{info.get('numba', '?')}, {info.get('gcc', 'gcc ?')}; "
         f"BLAS threads: {info.get('blas_threads', '?')}."
     )
+    if info.get("cpu_features") or info.get("c_flags_extra"):
+        versions += (
+            f"\nCode generated with TAPEJIT_CPU_FEATURES={info.get('cpu_features') or '(host)'}; "
+            f"C references built with the extra flags `{info.get('c_flags_extra') or '(none)'}`."
+        )
     return f"{run}\n{versions}"
 
 
