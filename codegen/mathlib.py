@@ -30,7 +30,7 @@ SIMD/glibc routines) and in fractional ulps against an x86 ``long double`` evalu
 significand). These are sampled maxima, not proofs::
 
     op     vs numpy  vs long double  range covered
-    exp    <= 1      0.79            all x (0.66 for normal results; subnormal ones rounded twice)
+    exp    <= 1      0.95            all x (<= 0.96 by the bound in _exp; subnormal results 0.86)
     log    <= 1      0.81            subnormal .. max double
     log1p  <= 1      0.80            (-1, max double], tiny x
     expm1  <= 1      0.87            all x
@@ -51,7 +51,7 @@ Sources of the polynomials (no code was copied; the structure follows the cited 
   *Software Manual for the Elementary Functions*, 1980) with the split of ln 2 used by FDLIBM.
   The plain exp op (:func:`_exp`) instead reduces by ln2/2 against a two-entry table
   2^(j/2) with a tail (the scheme of table-driven exps, e.g. ARM optimized-routines ``exp.c``)
-  and a degree-8 polynomial fitted here (:data:`EXP_Q`); the others keep :func:`_exp_core`.
+  and a degree-9 polynomial fitted here (:data:`EXP_Q`); the others keep :func:`_exp_core`.
 * log, log1p: the reduction to ``s = f/(2+f)`` and the minimax coefficients ``Lg1..Lg7`` of
   ``R(s^2)`` are Sun's FDLIBM (``e_log.c``, ``s_log1p.c``; published, Remez-fitted by Sun).
 * sin, cos: FDLIBM's minimax kernels (``k_sin.c`` coefficients ``S1..S6``, ``k_cos.c``
@@ -329,12 +329,16 @@ TWO_LOG2E = float(2 / _LN2)
 SQRT2_HI = math.sqrt(2.0)  # correctly rounded (IEEE sqrt)
 _SQRT2 = Fraction(Decimal(2).sqrt(Context(prec=50)))
 SQRT2_TAIL = float((_SQRT2 - Fraction(SQRT2_HI)) / Fraction(SQRT2_HI))
-#: exp(r) = 1 + r + r^2 Q(r) on |r| <= ln2/4: a degree-8 Q fitted here to (e^r - 1 - r)/r^2
-#: (Chebyshev interpolation, mpmath ``chebyfit`` at 60 digits: near-minimax); relative error of
-#: 1 + r + r^2 Q(r) with the coefficients rounded to double < 2^-60.8 (tests/test_exp_table.py).
-EXP_Q = [0.5, 0.16666666666666596, 0.04166666666666661, 0.008333333333651431,
-         0.0013888888889153955, 0.00019841266027848295, 2.4801584123908353e-05,
-         2.757425024464196e-06, 2.7571427825878776e-07]  # fmt: skip
+#: exp(r) = 1 + r + r^2 Q(r) on |r| <= ln2/4: a degree-7 Q fitted here to e^r by the Remez
+#: exchange (60-digit mpmath, relative error of 1 + r + r^2 Q(r)); with the coefficients rounded
+#: to double the relative error is < 2^-54.9 (tests/test_exp_table.py). A degree-8 Q (2^-60.8)
+#: costs one more FMA per element: measured 0.80 instead of 0.95 ulp, 3-5% slower.
+EXP_Q = [0.499999999999986, 0.16666666666666538, 0.041666666671799274, 0.00833333333379984,
+         0.0013888883605997452, 0.0001984126503931278, 2.4822282544961552e-05,
+         2.7576131467136165e-06]  # fmt: skip
+#: The shift of :func:`_exp`: 1.5*2^52 + 4092, so the low bits of bits(kd) are m = n + 4092 > 0
+#: (the integer work below uses bits 0..13 of m only, where the two agree).
+EXP_SHIFT = SHIFT + 4092
 
 
 def _exp(b, x):
@@ -345,36 +349,39 @@ def _exp(b, x):
     vector gather costs more than the polynomial terms a big table saves). n = round(2x/ln 2),
     x = (n div 2) ln 2 + j ln2/2 + r with j = n mod 2, |r| <= ln2/4:
 
-    * rh = x - n LN2_HALF_HI exactly, rl = n LN2_HALF_LO (|rl| < 2^-32), r = rh - rl rounded
-      (used only in the polynomial terms, where its error is scaled down by |r|);
-    * 2^(j/2) = T (1 + t), T = 1 or SQRT2_HI, t = 0 or SQRT2_TAIL;
-    * exp(x) = 2^(n div 2) T (1 + u), u = rh + (r^2 Q(r) + t (1 + r) - rl), with one rounding
-      in the last addition (|u| < 0.2, so <= 2^-56 relative) and one in
-      y = fma(S, u, S), S = T 2^k2, so the result is within 0.5 + ~0.13 ulp;
+    * 2^(j/2) = T (1 + t), T = 1 or SQRT2_HI, t = 0 or SQRT2_TAIL, and 1 + t = e^t to 2^-107,
+      so the tail moves into the reduced argument: exp(x) = 2^(n div 2) T e^r with
+      r = x - n ln2/2 + t = rh - rl, rh = x - n LN2_HALF_HI exactly, rl = n LN2_HALF_LO - t
+      (one FMA, |rl| < 2^-31), r rounded once;
+    * e^r = 1 + u, u = r + r (r Q(r)) (two roundings: r Q, then u by an FMA), and the result
+      y = fma(S, u, S), S = T 2^k2, one more rounding. Error: 0.5 (y) + 0.125 (u, |u| < 0.19)
+      + 0.11 (r) + 0.21 (Q, 2^-55 relative) <= 0.96 ulp in the worst case, where T = 1 and
+      r < -0.13 (results just below a power of two, whose ulp is the smaller one): measured
+      0.951 there (4M points), 0.84 with T = sqrt 2;
     * the scale 2^(n div 2) in two steps, S carrying 2^k2 and a final product by 2^k1
       (k1 = floor((n div 2)/2), k2 = n div 2 - k1, both in the normal range), so overflow to
       inf and gradual underflow come from that one product. As in :func:`_exp_core`, a
-      subnormal result is rounded twice (y, then the product), measured < 0.8 ulp.
+      subnormal result is rounded twice (y, then the product): measured 0.86 ulp.
 
-    Branch-free integer work on m = n + 4092 > 0 (bits of the 1.5*2^52-shifted n): j = m & 1,
-    2^k1 = (m >> 2) << 52, bits(S) = A_j + (m << 51) - bits(2^k1) (mod 2^64) with
-    A_j = bits(T) - j 2^51 - 1023 2^52, i.e. A_0 = 0 and A_1 selected by the mask -(m & 1).
-    Measured (EAM gradient, n = 10^4..10^5, vs gcc -O3 -ffast-math with libmvec): AVX-512
-    0.85 -> 0.73x, AVX2 1.20 -> ~1.08x of :func:`_exp_core` on the same loop."""
+    Branch-free integer work on m = bits(kd) (low bits n + 4092 > 0, :data:`EXP_SHIFT`):
+    j = m & 1, 2^k1 = (m >> 2) << 52, bits(S) = A_j + (m << 51) - bits(2^k1) (mod 2^64) with
+    A_j = bits(T) - j 2^51 - 1023 2^52, i.e. A_0 = 0 and A_1 selected by the mask -(m & 1),
+    which also selects -t. No fast-math flags, so every target rounds alike: AVX2 and AVX-512
+    results are bitwise equal. Measured (EAM gradient, n = 10^4..10^5, vs gcc -O3 -ffast-math
+    with libmvec): AVX2 0.91-0.97x, AVX-512 0.61-0.67x (the degree-8 form with an exact rh + ...
+    sum: 1.03-1.14x and 0.72x)."""
     x = _clamp(b, x, -746.0, 710.0)
-    kd = _fma(b, x, _c(TWO_LOG2E), _c(SHIFT))
-    nf = b.fsub(kd, _c(SHIFT))
-    m = b.sub(_bits(b, kd), _i(_f64_bits(SHIFT) - 4092))
+    kd = _fma(b, x, _c(TWO_LOG2E), _c(EXP_SHIFT))
+    nf = b.fsub(kd, _c(EXP_SHIFT))
+    m = _bits(b, kd)
     rh = _fma(b, nf, _c(-LN2_HALF_HI), x)  # exact
-    rl = b.fmul(nf, _c(LN2_HALF_LO))
-    r = b.fsub(rh, rl)
     mask = b.sub(_i(0), b.and_(m, _i(1)))  # all ones for j = 1
+    neg_tail = _double(b, b.and_(mask, _i(_f64_bits(-SQRT2_TAIL))))
+    r = b.fsub(rh, _fma(b, nf, _c(LN2_HALF_LO), neg_tail))
+    u = _fma(b, r, b.fmul(r, _horner(b, r, EXP_Q)), r)
     tadj = b.and_(mask, _i((_f64_bits(SQRT2_HI) - (1 << 51) - (1023 << 52)) % (1 << 64)))
-    tail = _double(b, b.and_(mask, _i(_f64_bits(SQRT2_TAIL))))
     e1 = b.shl(b.lshr(m, _i(2)), _i(52))
     scale = _double(b, b.sub(b.add(tadj, b.shl(m, _i(51))), e1))
-    low = b.fsub(_fma(b, tail, r, tail), rl)
-    u = b.fadd(rh, _fma(b, b.fmul(r, r), _horner(b, r, EXP_Q), low))
     return b.fmul(_fma(b, scale, u, scale), _double(b, e1))
 
 
@@ -1383,7 +1390,7 @@ class Math:
 
 #: op -> implementation. lower.py builds its EMIT rows from these keys.
 MATH: dict[Op, Math] = {
-    Op.EXP:     Math(1, body=_exp, ulp=1, ulp_ld=0.8, domains=(
+    Op.EXP:     Math(1, body=_exp, ulp=1, ulp_ld=1.0, domains=(
         ("[-745, 710]", "uniform", -745.2, 709.8), ("[-1, 1]", "uniform", -1, 1),
         ("subnormal results", "uniform", -745.2, -708))),
     Op.LOG:     Math(1, body=_log, ulp=1, ulp_ld=0.85, domains=(

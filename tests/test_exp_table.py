@@ -1,8 +1,9 @@
-"""codegen.mathlib's exp (``_exp``: reduction by ln2/2, the table 2^(j/2), degree-8 polynomial).
+"""codegen.mathlib's exp (``_exp``: reduction by ln2/2, the table 2^(j/2), degree-9 polynomial).
 
 Checked against mpmath (correctly rounded references, 40 digits) on the documented domain,
 including the edges where the result overflows or becomes subnormal or zero, and the points
-where the table index j flips (x near multiples of ln2/2). Its constants and the fitted
+where the table index j flips (x near multiples of ln2/2), and the worst case of the error
+bound (T = 1 and r near -ln2/4: results just below a power of two). Its constants and the fitted
 polynomial are checked against mpmath too. Finally the AVX2 build (``TAPEJIT_CPU_FEATURES=
 -avx512f``, compiled in a subprocess) and the host build must give bitwise-equal results:
 the algorithm is the same on every target, only the vector width differs.
@@ -31,9 +32,10 @@ mp = pytest.importorskip("mpmath")
 F64 = ir.DoubleType()
 I64 = ir.IntType(64)
 SAMPLES = 20_000  # points per domain (mpmath is the slow part)
-#: the contract (MATH[Op.EXP].ulp_ld), and the tighter bound for normal results (subnormal
-#: results are rounded twice: y, then the scaling product)
-BOUND, BOUND_NORMAL = mathlib.MATH[Op.EXP].ulp_ld, 0.7
+#: the contract (MATH[Op.EXP].ulp_ld), and the bound derived in ``_exp``'s docstring for normal
+#: results, 0.96 ulp (measured 0.951; subnormal results are rounded twice: y, then the scaling
+#: product, measured 0.86)
+BOUND, BOUND_NORMAL = mathlib.MATH[Op.EXP].ulp_ld, 0.96
 
 
 class ExpKernels:
@@ -102,6 +104,9 @@ def _samples(kind: str, lo: float, hi: float, n: int = SAMPLES) -> np.ndarray:
         k = rng.integers(int(lo / 0.34657), int(hi / 0.34657), n)
         x = k * (np.log(2) / 2)
         return x * (1 + rng.uniform(-(2.0**-40), 2.0**-40, n))
+    if kind == "edge":  # n even (T = 1), r in [-ln2/4, -0.12]: the largest error
+        k = rng.integers(int(lo / 0.69315), int(hi / 0.69315), n)
+        return k * np.log(2) + rng.uniform(-0.17328, -0.12, n)
     raise ValueError(kind)
 
 
@@ -130,6 +135,7 @@ DOMAINS = [  # (label, kind, lo, hi, results are normal)
     ("underflow to 0 / 2^-1074", "uniform", -745.2, -744.0, False),
     ("|x| in 1e-20..1e-2", "log", -20, -2, True),
     ("j flips, |x| < 700", "flips", -700.0, 700.0, True),
+    ("T = 1, r near -ln2/4", "edge", -700.0, 700.0, True),
 ]
 
 
@@ -177,8 +183,8 @@ def test_constants():
 
 
 def test_polynomial_fit():
-    """1 + r + r^2 Q(r) with the double coefficients EXP_Q: relative error < 2^-60 on
-    |r| <= ln2/4."""
+    """1 + r + r^2 Q(r) with the double coefficients EXP_Q: relative error < 2^-54.9 on
+    |r| <= ln2/4 (the Remez optimum for degree 7 is 2^-55.0)."""
     with mp.workdps(50):
         a = mp.log(2) / 4
         q = [mp.mpf(c) for c in mathlib.EXP_Q]
@@ -190,7 +196,7 @@ def test_polynomial_fit():
                 acc = acc * r + c
             p = 1 + r + r * r * acc
             worst = max(worst, abs(p / mp.exp(r) - 1))
-        assert worst < mp.mpf(2) ** -60, float(mp.log(worst, 2))
+        assert worst < mp.mpf(2) ** -54.9, float(mp.log(worst, 2))
 
 
 def test_loop_is_vectorised_and_branch_free(kernels):
