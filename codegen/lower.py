@@ -1117,6 +1117,21 @@ def _long_math_loop(k, size) -> bool:
     return any(n.op in mathlib.MATH and mathlib.MATH[n.op].body is not None for n in k.body)
 
 
+#: Fused math loops with fewer iterations than this get interleave 1: a short row (EAM's 100
+#: elements, a batch's rows) otherwise leaves a remainder of up to 2 vectors' worth of elements
+#: to scalar code, each element a scalar exp. Measured on AVX2 code (EAM n = 100, native loop):
+#: 1.34 -> 1.02 ns per element; at n = 1000 the default (interleave 2) is faster.
+SHORT_TRIP = 256
+
+
+def _short_math_loop(k, size) -> bool:
+    """Whether fused kernel ``k`` is a loop of a few iterations whose body evaluates polynomial
+    math (see :data:`SHORT_TRIP`)."""
+    return isinstance(size, int) and size < SHORT_TRIP and any(
+        n.op in mathlib.MATH and mathlib.MATH[n.op].body is not None for n in k.body
+    )
+
+
 def _lower_loop(L: Lowering, k) -> None:
     """One fused loop over ``k.space``: every body node per iteration, operands read from memory
     loaded first (so an in-place store never clobbers a value still to be read), body values in
@@ -1134,7 +1149,7 @@ def _lower_loop(L: Lowering, k) -> None:
             accs[id(n)] = L.accumulator(0.0 if n.op == Op.REDUCE_SUM else -math.inf)
     space = L.space(k)
     size = L.size(space)
-    hint = INTERLEAVE if _long_math_loop(k, size) else 0
+    hint = INTERLEAVE if _long_math_loop(k, size) else (1 if _short_math_loop(k, size) else 0)
     with L.nest(space) if gathers else L.loop(size, hint) as idx:
         if gathers:
             i = L.flat(idx, space) if idx else I64(0)
