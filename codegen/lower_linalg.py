@@ -7,6 +7,7 @@ its own because it is one concern: the memory layouts and calling conventions of
 
 from __future__ import annotations
 
+import functools
 import math
 
 import llvmlite.ir as ir
@@ -91,6 +92,39 @@ def _stack_array(L: Lowering, ty: ir.Type, count: int) -> ir.Value:
         return L.b.alloca(ty, count)
 
 
+def _cell(L: Lowering, p: ir.Value, at: int, value: ir.Value | None = None) -> ir.Value:
+    """Pointer to element ``at`` of frame array ``p`` (storing ``value`` there if given)."""
+    q = L.b.gep(p, [I64(at)], inbounds=True)
+    if value is not None:
+        L.b.store(value, q)
+    return q
+
+
+def _copy_column_major(L: Lowering, a: Node, rows: int, cols: int, dst: ir.Value) -> None:
+    """``dst[i + j rows] = a[i, j]``: ``a`` (rows x cols, row-major) as LAPACK reads it."""
+    b = L.b
+    with L.loop(cols) as j:
+        with L.loop(rows) as i:
+            v = L.load(a, L.affine([i, j], 0, (cols, 1)))
+            b.store(v, b.gep(dst, [L.affine([i, j], 0, (1, rows))], inbounds=True))
+
+
+def _call_lapack(L: Lowering, symbol: str, params: list, args: list, info: ir.Value) -> ir.Value:
+    """Call the routine whose address the module's global ``symbol`` holds (bound at load time
+    by :func:`blas.bind`) when it is set; returns whether it ran and returned ``info == 0``."""
+    b = L.b
+    g = L.module.globals.get(symbol)
+    if g is None:
+        g = ir.GlobalVariable(L.module, I8P, name=symbol)
+        g.initializer = ir.Constant(I8P, None)
+    fp = b.load(g)
+    bound = b.icmp_unsigned("!=", fp, ir.Constant(I8P, None))
+    with b.if_then(bound):
+        fnty = ir.FunctionType(ir.VoidType(), params)
+        b.call(b.bitcast(fp, fnty.as_pointer()), args)
+    return b.and_(bound, b.icmp_signed("==", b.load(info), I32(0)))
+
+
 def _lower_eigh(L: Lowering, n: Node) -> None:
     """``eigh(a)`` by LAPACK's ``dsyevd`` ('V', attrs[0]) through :data:`blas.SYEVD_SYMBOL` on a
     copy of ``a`` in the frame (column-major; ``a`` is symmetric); row 0 of the result takes
@@ -104,37 +138,21 @@ def _lower_eigh(L: Lowering, n: Node) -> None:
     ints = _stack_array(L, I32, liwork + 5)  # n, lda, lwork, liwork, info, iwork
     chars = _stack_array(L, I8, 2)
     out = L.ptr(n)
-    with L.loop(m) as j:  # copy[i + j m] = a[i, j]
-        with L.loop(m) as i:
-            v = L.load(a, L.affine([i, j], 0, (m, 1)))
-            b.store(v, b.gep(work, [L.affine([i, j], 0, (1, m))], inbounds=True))
-
-    def cell(p, k, value=None):
-        q = b.gep(p, [I64(k)], inbounds=True)
-        if value is not None:
-            b.store(value, q)
-        return q
-
+    _copy_column_major(L, a, m, m, work)
     for k, v in enumerate((m, m, lwork, liwork, 0)):
-        cell(ints, k, I32(v))
-    cell(chars, 0, I8(ord("V")))
-    cell(chars, 1, I8(ord(n.attrs[0])))
-    g = L.module.globals.get(blas.SYEVD_SYMBOL)
-    if g is None:
-        g = ir.GlobalVariable(L.module, I8P, name=blas.SYEVD_SYMBOL)
-        g.initializer = ir.Constant(I8P, None)
-    fp = b.load(g)
-    bound = b.icmp_unsigned("!=", fp, ir.Constant(I8P, None))
-    with b.if_then(bound):
-        ip, dp = I32.as_pointer(), F64.as_pointer()
+        _cell(L, ints, k, I32(v))
+    _cell(L, chars, 0, I8(ord("V")))
+    _cell(L, chars, 1, I8(ord(n.attrs[0])))
+    ip, dp = I32.as_pointer(), F64.as_pointer()
+    c = functools.partial(_cell, L)
+    ok = _call_lapack(
+        L, blas.SYEVD_SYMBOL,
         # jobz, uplo, n, a, lda, w, work, lwork, iwork, liwork, info
-        fnty = ir.FunctionType(ir.VoidType(), [I8P, I8P, ip, dp, ip, dp, dp, ip, ip, ip, ip])
-        b.call(b.bitcast(fp, fnty.as_pointer()), [
-            cell(chars, 0), cell(chars, 1), cell(ints, 0), work, cell(ints, 1),
-            cell(work, m * m), cell(work, m * m + m), cell(ints, 2), cell(ints, 5),
-            cell(ints, 3), cell(ints, 4),
-        ])  # fmt: skip
-    ok = b.and_(bound, b.icmp_signed("==", b.load(cell(ints, 4)), I32(0)))
+        [I8P, I8P, ip, dp, ip, dp, dp, ip, ip, ip, ip],
+        [c(chars, 0), c(chars, 1), c(ints, 0), work, c(ints, 1), c(work, m * m),
+         c(work, m * m + m), c(ints, 2), c(ints, 5), c(ints, 3), c(ints, 4)],
+        c(ints, 4),
+    )  # fmt: skip
     nan = F64(math.nan)
     with L.loop(m) as j:
         w = b.load(b.gep(work, [b.add(j, I64(m * m))], inbounds=True))
@@ -160,37 +178,21 @@ def _lower_svd(L: Lowering, n: Node) -> None:
     ints = _stack_array(L, I32, 7 + 8 * k)  # m, n, lda, ldu, ldvt, lwork, info, iwork
     chars = _stack_array(L, I8, 1)
     out = L.ptr(n)
-    with L.loop(cols) as j:  # copy[i + j m] = a[i, j]
-        with L.loop(m) as i:
-            v = L.load(a, L.affine([i, j], 0, (cols, 1)))
-            b.store(v, b.gep(work, [L.affine([i, j], 0, (1, m))], inbounds=True))
-
-    def cell(p, at, value=None):
-        q = b.gep(p, [I64(at)], inbounds=True)
-        if value is not None:
-            b.store(value, q)
-        return q
-
+    _copy_column_major(L, a, m, cols, work)
     for at, v in enumerate((m, cols, m, m, k, lwork, 0)):
-        cell(ints, at, I32(v))
-    cell(chars, 0, I8(ord("S")))
-    g = L.module.globals.get(blas.GESDD_SYMBOL)
-    if g is None:
-        g = ir.GlobalVariable(L.module, I8P, name=blas.GESDD_SYMBOL)
-        g.initializer = ir.Constant(I8P, None)
-    fp = b.load(g)
-    bound = b.icmp_unsigned("!=", fp, ir.Constant(I8P, None))
-    with b.if_then(bound):
-        ip, dp = I32.as_pointer(), F64.as_pointer()
+        _cell(L, ints, at, I32(v))
+    _cell(L, chars, 0, I8(ord("S")))
+    ip, dp = I32.as_pointer(), F64.as_pointer()
+    c = functools.partial(_cell, L)
+    ok = _call_lapack(
+        L, blas.GESDD_SYMBOL,
         # jobz, m, n, a, lda, s, u, ldu, vt, ldvt, work, lwork, iwork, info
-        params = [I8P, ip, ip, dp, ip, dp, dp, ip, dp, ip, dp, ip, ip, ip]
-        fnty = ir.FunctionType(ir.VoidType(), params)
-        b.call(b.bitcast(fp, fnty.as_pointer()), [
-            cell(chars, 0), cell(ints, 0), cell(ints, 1), work, cell(ints, 2), cell(work, at_s),
-            cell(work, at_u), cell(ints, 3), cell(work, at_vt), cell(ints, 4),
-            cell(work, at_work), cell(ints, 5), cell(ints, 7), cell(ints, 6),
-        ])  # fmt: skip
-    ok = b.and_(bound, b.icmp_signed("==", b.load(cell(ints, 6)), I32(0)))
+        [I8P, ip, ip, dp, ip, dp, dp, ip, dp, ip, dp, ip, ip, ip],
+        [c(chars, 0), c(ints, 0), c(ints, 1), work, c(ints, 2), c(work, at_s),
+         c(work, at_u), c(ints, 3), c(work, at_vt), c(ints, 4), c(work, at_work),
+         c(ints, 5), c(ints, 7), c(ints, 6)],
+        c(ints, 6),
+    )  # fmt: skip
     nan = F64(math.nan)
 
     def move(rows: int, width: int, src: int, ld: int, dst: int) -> None:
