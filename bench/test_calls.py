@@ -105,6 +105,24 @@ def test_guard_flips(benchmark, calls):
     benchmark(call)
 
 
+def _both_calls(work, outs, threads: int):
+    """``run()``: ``work(o)`` for each ``o`` of ``outs``, one after the other in this thread or
+    each in its own thread."""
+
+    def run():
+        if threads == 1:
+            for o in outs:
+                work(o)
+            return
+        ts = [threading.Thread(target=work, args=(o,)) for o in outs]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    return run
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_two_threads(benchmark, threads):
     n, calls = 100_000, 50
@@ -118,16 +136,7 @@ def test_two_threads(benchmark, threads):
         for _ in range(calls):
             fn(x, out=o)
 
-    def run():
-        if threads == 1:
-            work(outs[0])
-            work(outs[1])
-        else:
-            ts = [threading.Thread(target=work, args=(o,)) for o in outs]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
+    run = _both_calls(work, outs, threads)
 
     tag(benchmark, THREADS, "2 × 50 calls", f"tapejit, {threads} thread(s)" if threads == 2 else "1 thread, both calls", scale=1, unit="ms")
     benchmark(run)
@@ -146,16 +155,7 @@ def test_two_threads_numpy_control(benchmark, threads):
             np.exp(x, out=o)
             np.multiply(o, 3.0, out=o)
 
-    def run():
-        if threads == 1:
-            work(outs[0])
-            work(outs[1])
-        else:
-            ts = [threading.Thread(target=work, args=(o,)) for o in outs]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
+    run = _both_calls(work, outs, threads)
 
     run()
     assert_close(outs[1], 3.0 * np.exp(x), 1e-15, what="numpy control")

@@ -11,7 +11,6 @@ the algorithm is the same on every target, only the vector width differs.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import subprocess
@@ -19,13 +18,13 @@ import sys
 import zlib
 from fractions import Fraction
 
-import llvmlite.binding as llvm
 import numpy as np
 import pytest
 from llvmlite import ir
-from tapejit.codegen import mathlib, target
+from tapejit.codegen import mathlib
 
 from tapejit.ops import Op
+from test_mathlib import Compiled
 
 mp = pytest.importorskip("mpmath")
 
@@ -39,54 +38,18 @@ BOUND, BOUND_NORMAL = mathlib.MATH[Op.EXP].ulp_ld, 0.96
 
 
 class ExpKernels:
-    """``k_exp(x, out, n)`` (vectorised loop, inline=True) and ``s_exp(x)`` (inline=False),
-    compiled for the host through codegen.target."""
+    """exp's vectorised loop (``kernels(x)``, inline=True) and scalar call (``kernels.scalar(v)``,
+    inline=False), compiled for the host by tests/test_mathlib.py's :class:`Compiled`."""
 
     def __init__(self):
-        module = ir.Module(name="test_exp_table")
-        p = F64.as_pointer()
-        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [p, p, I64]), name="k_exp")
-        for a in fn.args[:2]:
-            a.add_attribute("noalias")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        pre, head = b.block, fn.append_basic_block("loop")
-        body, done = fn.append_basic_block("body"), fn.append_basic_block("done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64)
-        i.add_incoming(I64(0), pre)
-        b.cbranch(b.icmp_signed("<", i, fn.args[2]), body, done)
-        b.position_at_end(body)
-        x = b.load(b.gep(fn.args[0], [i], inbounds=True))
-        b.store(mathlib.call(b, Op.EXP, [x], inline=True), b.gep(fn.args[1], [i], inbounds=True))
-        i.add_incoming(b.add(i, I64(1), flags=("nuw", "nsw")), b.block)
-        b.branch(head)
-        b.position_at_end(done)
-        b.ret_void()
-        sfn = ir.Function(module, ir.FunctionType(F64, [F64]), name="s_exp")
-        sb = ir.IRBuilder(sfn.append_basic_block("entry"))
-        sb.ret(mathlib.call(sb, Op.EXP, [sfn.args[0]], inline=False))
-
-        target.initialise()
-        tm = target.target_machine()
-        module.triple = target.host()[0]
-        module.data_layout = str(tm.target_data)
-        mod = llvm.parse_assembly(str(module))
-        mod.verify()
-        target.optimise(mod, tm)
-        self.llvm_ir = str(mod)
-        self.engine = llvm.create_mcjit_compiler(mod, tm)
-        self.engine.finalize_object()
-        addr = self.engine.get_function_address
-        kty = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
-        self.loop = kty(addr("k_exp"))
-        self.scalar = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(addr("s_exp"))
+        self.compiled = Compiled([Op.EXP])
+        self.llvm_ir = self.compiled.llvm_ir
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=np.float64)
-        out = np.empty_like(x)
-        self.loop(x.ctypes.data, out.ctypes.data, x.size)
-        return out
+        return self.compiled(Op.EXP, x)
+
+    def scalar(self, v: float) -> float:
+        return self.compiled.scalars[Op.EXP](v, v)
 
 
 @pytest.fixture(scope="module")

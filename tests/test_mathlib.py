@@ -75,11 +75,13 @@ def _scalar(module: ir.Module, op: str, name: str, calls: int) -> None:
 
 
 class Compiled:
-    """The module of all kernels, optimised and JIT-compiled for the host."""
+    """The module of the kernels of ``ops`` (default: every math op), optimised and JIT-compiled
+    for the host."""
 
-    def __init__(self):
+    def __init__(self, ops=None):
+        ops = OPS if ops is None else ops
         module = ir.Module(name="test_mathlib")
-        for op in OPS:
+        for op in ops:
             _loop_kernel(module, op)
             _scalar(module, op, f"s_{op}", 1)
             _scalar(module, op, f"s2_{op}", 2)
@@ -96,8 +98,8 @@ class Compiled:
         kty = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64)
         sty = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double, ctypes.c_double)
         addr = self.engine.get_function_address
-        self.loops = {op: kty(addr(f"k_{op}")) for op in OPS}
-        self.scalars = {op: sty(addr(f"s_{op}")) for op in OPS}
+        self.loops = {op: kty(addr(f"k_{op}")) for op in ops}
+        self.scalars = {op: sty(addr(f"s_{op}")) for op in ops}
 
     def __call__(self, op: str, x, y=None) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float64)

@@ -5,10 +5,11 @@ central differences of numpy's own function (which sees numpy's signs)."""
 
 import numpy as np
 import pytest
+from tapejit.codegen import blas
+from test_eigh import _directional  # <g, d> against central differences of f
 
 import tapejit as tj
 from tapejit import numpy_linalg, ops
-from tapejit.codegen import blas
 
 pytestmark = pytest.mark.skipif(blas.dgesdd_address() is None, reason="needs scipy's LAPACK")
 
@@ -27,16 +28,6 @@ def _model(shape):
         return np.sum(wu * u) + np.sum(ws * s) + np.sum(wv * vt)
 
     return f
-
-
-def _directional(f, x, g, trials=3, eps=1e-6):
-    """Worst relative mismatch of <g, d> against central differences of f along random d."""
-    worst = 0.0
-    for _ in range(trials):
-        d = RNG.standard_normal(x.shape)
-        num = (f(x + eps * d) - f(x - eps * d)) / (2 * eps)
-        worst = max(worst, abs(num - float(np.sum(g * d))) / max(1.0, abs(num)))
-    return worst
 
 
 @pytest.mark.parametrize("shape", SHAPES + [(2, 3, 4, 6), (2, 3, 6, 4)], ids=str)
