@@ -224,9 +224,10 @@ def test_cpu_features_can_be_narrowed_for_measurements():
 
 
 def test_long_math_loops_ask_the_vectoriser_to_interleave():
-    """Long fused loops that evaluate polynomial math carry llvm.loop interleave metadata (a
-    distinct self-referential loop ID, which the hint becomes in CodeLibrary.prepare); short
-    ones and loops without math do not."""
+    """Fused loops that evaluate polynomial math carry llvm.loop interleave metadata (a distinct
+    self-referential loop ID, which the hint becomes in CodeLibrary.prepare): 4 from
+    lower.INTERLEAVE_MIN_TRIP iterations (rows of 100 included), 1 below (so the vector loop
+    runs at all); loops without math carry none."""
 
     def f(x):
         return np.sum(np.exp(x))
@@ -237,5 +238,7 @@ def test_long_math_loops_ask_the_vectoriser_to_interleave():
     long = tj.compile(f, np.ones(5000), cache=False).ir("llvm")
     assert "llvm.loop.interleave.count\", i32 4" in long
     assert re.search(r"^(!\d+) = distinct !\{\1, !\d+\}$", long, re.M)
-    assert "llvm.loop.interleave" not in tj.compile(f, np.ones(100), cache=False).ir("llvm")
+    assert "llvm.loop.interleave.count\", i32 4" in tj.compile(f, np.ones(100), cache=False).ir("llvm")
+    short = tj.compile(f, np.ones(16), cache=False).ir("llvm")
+    assert "llvm.loop.interleave.count\", i32 1" in short and "i32 4" not in short
     assert "llvm.loop.interleave" not in tj.compile(g, np.ones(5000), cache=False).ir("llvm")
