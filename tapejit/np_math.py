@@ -333,10 +333,6 @@ def _cbrt(x):
     return _where(x < 0.0, -r, _where(x == 0.0, x, r))
 
 
-def _exp2(x):
-    return np.exp(_t(x) * _LN2)
-
-
 def _log2(x):
     return np.log(_t(x)) * (1.0 / _LN2)
 

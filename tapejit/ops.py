@@ -58,6 +58,7 @@ class Op(enum.StrEnum):
     LOG = "log"
     LOG1P = "log1p"
     EXPM1 = "expm1"
+    EXP2 = "exp2"
     SQRT = "sqrt"
     SIN = "sin"
     COS = "cos"
@@ -1248,6 +1249,7 @@ def _loop_jvp(t, out, *args):
 # fmt: off
 _E = _ew_ref
 _MATH_COST = 20  # a polynomial exp/log/sin...: ~15-25 vector adds per element
+_LN2 = math.log(2.0)
 
 # -- elementwise unary (float -> float)
 defop(Op.NEG, "unary", 1, _arith, _E(np.negative), lambda g, out, x: (neg(g),),
@@ -1260,6 +1262,8 @@ defop(Op.LOG1P, "unary", 1, _arith, _E(np.log1p), lambda g, out, x: (div(g, add(
       numpy=("log1p",), cost=_MATH_COST, jvp=lambda t, out, x: div(t[0], add(x, const(1.0))))
 defop(Op.EXPM1, "unary", 1, _arith, _E(np.expm1), lambda g, out, x: (mul(g, add(out, const(1.0))),),
       numpy=("expm1",), cost=_MATH_COST, jvp=lambda t, out, x: mul(t[0], add(out, const(1.0))))
+defop(Op.EXP2, "unary", 1, _arith, _E(np.exp2), lambda g, out, x: (mul(g, mul(out, const(_LN2))),),
+      numpy=("exp2",), cost=_MATH_COST, jvp=lambda t, out, x: mul(t[0], mul(out, const(_LN2))))
 defop(Op.SQRT, "unary", 1, _arith, _E(np.sqrt), lambda g, out, x: (div(mul(g, const(0.5)), out),),
       numpy=("sqrt",), cost=4, jvp=lambda t, out, x: div(mul(t[0], const(0.5)), out))
 defop(Op.SIN, "unary", 1, _arith, _E(np.sin), lambda g, out, x: (mul(g, elementwise(Op.COS, x)),),
