@@ -109,16 +109,29 @@ def _copy_column_major(L: Lowering, a: Node, rows: int, cols: int, dst: ir.Value
             b.store(v, b.gep(dst, [L.affine([i, j], 0, (1, rows))], inbounds=True))
 
 
-def _call_lapack(L: Lowering, symbol: str, params: list, args: list, info: ir.Value) -> ir.Value:
+def _all_finite(L: Lowering, p: ir.Value, count: int) -> ir.Value:
+    """Whether the ``count`` doubles at ``p`` are all finite (their sum of x - x is 0, not NaN)."""
+    b = L.b
+    acc = L.accumulator(0.0)
+    with L.loop(count) as i:
+        v = b.load(b.gep(p, [i], inbounds=True))
+        b.store(b.fadd(b.load(acc), b.fsub(v, v)), acc)
+    return b.fcmp_ordered("==", b.load(acc), F64(0.0))
+
+
+def _call_lapack(
+    L: Lowering, symbol: str, params: list, args: list, info: ir.Value, valid: ir.Value
+) -> ir.Value:
     """Call the routine whose address the module's global ``symbol`` holds (bound at load time
-    by :func:`blas.bind`) when it is set; returns whether it ran and returned ``info == 0``."""
+    by :func:`blas.bind`) when it is set and ``valid`` holds; returns whether it ran and
+    returned ``info == 0``."""
     b = L.b
     g = L.module.globals.get(symbol)
     if g is None:
         g = ir.GlobalVariable(L.module, I8P, name=symbol)
         g.initializer = ir.Constant(I8P, None)
     fp = b.load(g)
-    bound = b.icmp_unsigned("!=", fp, ir.Constant(I8P, None))
+    bound = b.and_(b.icmp_unsigned("!=", fp, ir.Constant(I8P, None)), valid)
     with b.if_then(bound):
         fnty = ir.FunctionType(ir.VoidType(), params)
         b.call(b.bitcast(fp, fnty.as_pointer()), args)
@@ -151,7 +164,7 @@ def _lower_eigh(L: Lowering, n: Node) -> None:
         [I8P, I8P, ip, dp, ip, dp, dp, ip, ip, ip, ip],
         [c(chars, 0), c(chars, 1), c(ints, 0), work, c(ints, 1), c(work, m * m),
          c(work, m * m + m), c(ints, 2), c(ints, 5), c(ints, 3), c(ints, 4)],
-        c(ints, 4),
+        c(ints, 4), _all_finite(L, work, m * m),
     )  # fmt: skip
     nan = F64(math.nan)
     with L.loop(m) as j:
@@ -191,7 +204,7 @@ def _lower_svd(L: Lowering, n: Node) -> None:
         [c(chars, 0), c(ints, 0), c(ints, 1), work, c(ints, 2), c(work, at_s),
          c(work, at_u), c(ints, 3), c(work, at_vt), c(ints, 4), c(work, at_work),
          c(ints, 5), c(ints, 7), c(ints, 6)],
-        c(ints, 6),
+        c(ints, 6), _all_finite(L, work, m * cols),  # dgesdd does not return on inf input
     )  # fmt: skip
     nan = F64(math.nan)
 

@@ -411,7 +411,13 @@ def _scipy_error(
             func = name
             break
         tb = tb.tb_next
-    if not mode_on:
+    if not mode_on and _switches():
+        fix = (
+            "scipy was first imported while this function was being traced, after tapejit "
+            "turns scipy's array-API mode on (when a trace starts); import scipy, or the scipy "
+            "function, at module level (or before compiling), and compile again"
+        )
+    elif not mode_on:
         fix = (
             "tapejit could not turn on scipy's array-API mode for this scipy version, and "
             "without it scipy converts its arguments to numpy arrays (np.asarray), which "

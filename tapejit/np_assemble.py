@@ -20,13 +20,25 @@ the tracer's conversion error, which names ``np.stack`` / ``np.concatenate``.
 from __future__ import annotations
 
 import itertools
+import re
+import weakref
 from typing import Any
 
 import numpy as np
 
-from . import ops
+from . import ops, views
 from .ops import Op
-from .tracing import Tracer, _build, _conversion_error, _fail, _reshape, _transpose, lift
+from .tracing import (
+    Tracer,
+    _build,
+    _conversion_error,
+    _fail,
+    _reshape,
+    _source_line,
+    _transpose,
+    _user_site,
+    lift,
+)
 
 #: The largest traced array :meth:`Tracer.__array__` expands into element tracers.
 MAX_ELEMENTS = 10_000
@@ -42,9 +54,23 @@ class Element(Tracer):
         self.source, self.flat = source, flat
 
 
-def object_elements(t: Tracer) -> np.ndarray:
+_ASARRAY = re.compile(r"\bas(any)?array\s*\(")
+#: Arrays handed to ``np.asarray`` (which, in numpy, returns the array itself: later writes to
+#: it show through): id(root) -> (weak reference to the root, the user's line). The object array
+#: tapejit returns holds the values at that time, so a later write into the root is refused.
+_SHARED: dict[int, tuple[weakref.ref, str]] = {}
+
+
+def shared_with_numpy(t: Tracer) -> str | None:
+    """The user's line of an ``np.asarray`` that ``t`` (a view root) was handed to, or None."""
+    hit = _SHARED.get(id(t))
+    return hit[1] if hit is not None and hit[0]() is t else None
+
+
+def object_elements(t: Tracer, copy: bool | None = True) -> np.ndarray:
     """``t`` as numpy's object array of its elements (:class:`Element` tracers; a traced scalar
-    is held as itself). Raises the conversion error above :data:`MAX_ELEMENTS` elements."""
+    is held as itself). Raises the conversion error above :data:`MAX_ELEMENTS` elements. With
+    ``copy`` not True (``np.asarray``, which aliases in numpy), later writes into ``t`` raise."""
     shape = t.node.shape
     holder = np.empty(shape, dtype=object)
     if shape == ():
@@ -56,6 +82,11 @@ def object_elements(t: Tracer) -> np.ndarray:
         )
     # a snapshot: np.array copies, and a later in-place write to t rebinds t's node
     source = Tracer(t.node, t._value, t.level)
+    if copy is not True and _ASARRAY.search(_source_line()):
+        # np.asarray(t) (numpy passes copy=None for it, and for np.array([t, ...])'s elements,
+        # which are copied: the user's line tells them apart)
+        root = views.root_of(t)
+        _SHARED[id(root)] = (weakref.ref(root), _user_site())
     cells = itertools.product(*(range(d) for d in shape))
     elements = (Element(source, k, index) for k, index in enumerate(cells))
     return np.fromiter(elements, dtype=object, count=t.node.type.size).reshape(shape)

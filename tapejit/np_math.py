@@ -242,7 +242,8 @@ def _sinh(x):
     cancellation."""
     x = _t(x)
     a, big, t = _expm1_parts(x)
-    r = _where(big, (t + 1.0) * (1.0 - _LN2_LO), 0.5 * (t + t / (t + 1.0)))
+    ts = _where(big, 0.0, t)  # the small branch never sees t = inf (0 * NaN in its derivative)
+    r = _where(big, (t + 1.0) * (1.0 - _LN2_LO), 0.5 * (ts + ts / (ts + 1.0)))
     return _where(a < 1e-8, x, _where(x < 0.0, -r, r))
 
 
@@ -295,23 +296,33 @@ def _arccos(x):
     return _binary(Op.ARCTAN2, np.sqrt((1.0 - x) * (1.0 + x)), x)
 
 
-def _arccosh(x):
+@custom_jvp
+def _arccosh_values(x):
     """FDLIBM's e_acosh.c split: log1p(t + sqrt(t (t + 2))) with t = x - 1 (exact) below 2^28
     (no cancellation near 1), log(x) + ln 2 above (x^2 would overflow from 1.3e154); NaN
     below 1, as numpy's."""
-    x = _t(x)
     big = x > 2.0**28
-    t = np.minimum(x, 2.0**28) - 1.0  # each branch sees only its own range: no inf * 0 in
-    xb = np.maximum(x, 2.0**28)  # the derivative of the branch not taken
-    t = np.maximum(t, 0.0)  # below 1 the result is NaN (and x - 1 < 0 would still be finite)
+    t = np.maximum(np.minimum(x, 2.0**29) - 1.0, 0.0)  # each branch sees only its own range
+    xb = np.maximum(x, 2.0**27)
     r = _where(big, np.log(xb) + _LN2, np.log1p(t + np.sqrt(t * (t + 2.0))))
     return _where(x >= 1.0, r, np.nan)
 
 
-def _arctanh(x):
+@_arccosh_values.defjvp
+def _arccosh_jvp(primals, tangents):
+    # 1 / sqrt(x^2 - 1) as 1 / (sqrt(x - 1) sqrt(x + 1)): no overflow, inf at 1
+    (x,), (t,) = primals, tangents
+    return _arccosh_values(x), t / (np.sqrt(x - 1.0) * np.sqrt(x + 1.0))
+
+
+def _arccosh(x):
+    return _arccosh_values(_t(x))
+
+
+@custom_jvp
+def _arctanh_values(x):
     """FDLIBM's e_atanh.c on |x|: 0.5 log1p(2a + 2a^2 / (1 - a)) below 0.5, 0.5 log1p(2a / (1 -
     a)) above (1 - a is exact there), the sign restored; x itself below 1e-9 (keeps -0.0)."""
-    x = _t(x)
     a = abs(x)
     d = 1.0 - a
     u = _where(a < 0.5, 2.0 * a + 2.0 * a * a / d, 2.0 * a / d)
@@ -319,11 +330,21 @@ def _arctanh(x):
     return _where(a < 1e-9, x, _where(x < 0.0, -r, r))
 
 
-def _cbrt(x):
+@_arctanh_values.defjvp
+def _arctanh_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents  # 1 / (1 - x^2), factored: exact near |x| = 1, inf there
+    return _arctanh_values(x), t / ((1.0 - x) * (1.0 + x))
+
+
+def _arctanh(x):
+    return _arctanh_values(_t(x))
+
+
+@custom_jvp
+def _cbrt_values(x):
     """|x|^(1/3) by pow, then one Newton step y - (y - a / y^2) / 3: pow's exponent 1/3 is
     rounded, an error that grows with |log x| (57 ulp at 1e-300); the step brings it within 2
     ulp. 0, inf and NaN pass through; the sign is restored (cbrt is odd)."""
-    x = _t(x)
     a = abs(x)
     ok = (a > 0.0) & (a < np.inf)
     s = _where(ok, a, 1.0)
@@ -331,6 +352,17 @@ def _cbrt(x):
     y = y - (y - s / (y * y)) * (1.0 / 3.0)
     r = _where(ok, y, a)
     return _where(x < 0.0, -r, _where(x == 0.0, x, r))
+
+
+@_cbrt_values.defjvp
+def _cbrt_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    y = _cbrt_values(x)
+    return y, t / (3.0 * (y * y))  # inf at 0, 0 at +-inf, as the limits
+
+
+def _cbrt(x):
+    return _cbrt_values(_t(x))
 
 
 def _log2(x):

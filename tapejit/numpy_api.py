@@ -142,6 +142,7 @@ from .np_shape import (
 # the tracer's index and object-array hooks (tapejit/tracing.py looks them up here)
 from .np_assemble import from_objects as from_objects
 from .np_assemble import object_elements as object_elements
+from .np_assemble import shared_with_numpy as shared_with_numpy
 from .np_shape import advanced_getitem as advanced_getitem
 from .np_shape import advanced_setitem as advanced_setitem
 from .np_shape import is_basic_key as is_basic_key

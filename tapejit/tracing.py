@@ -673,7 +673,7 @@ class Tracer:
             # their operators (and methods named after ufuncs, see __getattr__), and lift()
             # rebuilds it as one traced array. Not for W.dot(x) with a numpy W: ndarray.dot
             # would multiply element by element (an object matmul); the error says W @ x.
-            return numpy_api.object_elements(self)
+            return numpy_api.object_elements(self, copy)
         if dtype is not None and np.dtype(dtype).kind in "iu":
             return _integer_array(self, np.dtype(dtype))
         raise _conversion_error("a numpy array conversion", self)
@@ -991,7 +991,7 @@ def _integer_array(x: Tracer, dt: np.dtype) -> np.ndarray:
     if same.node.shape != ():
         same = numpy_api.FUNCTIONS[np.all](same)
     _guard(same.node, True)
-    return k.astype(dt)
+    return np.asarray(k.astype(dt))  # an ndarray also for a 0-d value (__array__ must give one)
 
 
 def _astype(x, dtype):
@@ -1065,6 +1065,13 @@ def _setitem(y: Tracer, key, value) -> None:
             f"writing into the function's argument {ro.name} (or a view of it): numpy would "
             "modify the caller's array, which the compiled function does not do. Copy it first "
             f"({ro.name} = {ro.name}.copy()) or build a new array (np.zeros_like, tapejit.where)"
+        )
+    shared = numpy_api.shared_with_numpy(views.root_of(y))
+    if shared is not None:
+        raise _fail(
+            f"writing into an array that was passed to np.asarray at {shared}: numpy's asarray "
+            "returns the array itself, so its result would change too, but tapejit's holds the "
+            "values it had then; use np.array(x) (a copy) there, or write before converting"
         )
     if y.level != len(_current.items):
         raise _fail(

@@ -238,3 +238,32 @@ def test_allclose_is_guarded():
     x1 = np.array([1.1, 3.0])
     np.testing.assert_allclose(g(x1), 3 * x1**2, rtol=1e-12)
     np.testing.assert_allclose(g(x0), 2 * x0, rtol=1e-12)
+
+
+def test_integer_cast_of_a_traced_scalar():
+    value, g = tj.value_and_grad(lambda x: x[0] * np.int64(x[0]) + np.array(x[1], dtype=int))(
+        np.array([2.5, 3.7])
+    )
+    assert value == 2.5 * 2 + 3 and np.array_equal(g, [2.0, 0.0])
+
+
+def test_a_write_after_np_asarray_raises_where_numpy_would_alias():
+    """np.asarray(x) is x itself in numpy: a later write into x changes it; tapejit's object
+    array holds the values it had, so the write is refused (np.array copies: allowed)."""
+
+    def aliased(x):
+        x = x * 1.0
+        a = np.asarray(x)
+        x += 1.0  # MARK
+        return np.sum(a * np.arange(3.0)) + np.sum(x)
+
+    with pytest.raises(tj.TracingError, match=r"passed to np\.asarray at .*use np\.array\(x\)"):
+        tj.compile(aliased, np.ones(3), cache=False)
+
+    def copied(x):
+        x = x * 1.0
+        a = np.array(x)
+        x += 1.0
+        return np.sum(a * np.arange(3.0)) + np.sum(x)
+
+    assert tj.value_and_grad(copied)(np.ones(3))[0] == pytest.approx(copied(np.ones(3)))

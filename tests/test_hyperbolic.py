@@ -71,3 +71,23 @@ def test_composed_functions_at_the_edges_of_their_domains(name, f):
     signed = special & ~np.isnan(want)  # a NaN's sign bit means nothing
     np.testing.assert_array_equal(np.signbit(got[signed]), np.signbit(want[signed]))
     assert _ulps(got[~special], want[~special]).max() <= 4.0
+
+
+@pytest.mark.parametrize(
+    "name,f,x,want",
+    [
+        ("cbrt", np.cbrt, [0.0, -0.0, np.inf, 8.0], [np.inf, np.inf, 0.0, 1 / 12]),
+        ("sinh", np.sinh, [711.0, -711.0, np.inf, 1.0], [np.inf, np.inf, np.inf, np.cosh(1.0)]),
+        ("arccosh", np.arccosh, [1.0, 2.0**28, 2.0, 1e200],
+         [np.inf, 2.0**-28, 1 / np.sqrt(3.0), 1e-200]),
+        ("arctanh", np.arctanh, [1.0, -1.0, 0.5, 0.0], [np.inf, np.inf, 4 / 3, 1.0]),
+    ],
+)  # fmt: skip
+def test_derivatives_at_the_edges_are_the_limits(name, f, x, want):
+    """No NaN leaking from the branch a where does not take, no cotangent halved at a
+    clamp's tie: reverse and forward mode give the derivative's limits."""
+    x = np.array(x)
+    g = tj.grad(lambda v: np.sum(f(v)))(x)
+    t = tj.jvp(lambda v: f(v), (x,), (np.ones_like(x),))[1]
+    np.testing.assert_allclose(g, want, rtol=1e-14)
+    np.testing.assert_allclose(t, want, rtol=1e-14)

@@ -6,6 +6,7 @@ line; scipy's switch is restored after every trace, also a failed one."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 
@@ -226,3 +227,21 @@ def test_with_scipy_array_api_set_by_the_user_scipy_special_ufuncs_still_trace()
     env = dict(os.environ, SCIPY_ARRAY_API="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_scipy_first_imported_inside_the_traced_function_says_to_import_it_first():
+    """The mode is switched when a trace starts; scipy imported later, inside f, gets the clear
+    error (not "this scipy version"), and the next compile works."""
+    script = (
+        "import numpy as np, tapejit as tj\n"
+        "def f(x):\n"
+        "    from scipy.special import logsumexp\n"
+        "    return logsumexp(x)\n"
+        "try:\n"
+        "    tj.value_and_grad(f)(np.array([1.0, 2.0]))\n"
+        "except tj.TracingError as e:\n"
+        "    print('ERR', 'import scipy, or the scipy function, at module level' in str(e))\n"
+        "print('OK', round(float(tj.value_and_grad(f)(np.array([1.0, 2.0]))[0]), 6))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["ERR", "True", "OK", "2.313262"], out.stdout + out.stderr

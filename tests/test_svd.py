@@ -201,3 +201,13 @@ def test_pinv_derivative_where_singular_values_coincide(kind):
         assert np.sum(g * d) == pytest.approx(fd, rel=1e-6, abs=1e-9)
     _, tangent = tj.jvp(f, (a,), (d,))
     assert tangent == pytest.approx(np.sum(g * d), rel=1e-12, abs=1e-12)
+
+
+def test_non_finite_input_gives_nan_and_returns():
+    """LAPACK's dgesdd does not return on an inf entry (numpy's svd hangs there): the call is
+    skipped for non-finite input and the result is NaN."""
+    x = np.ones((4, 3))
+    x[1, 0] = np.inf
+    f = lambda a: np.sum(np.linalg.svd(a, full_matrices=False)[1])  # noqa: E731
+    value, g = tj.compile(f, RNG.random((4, 3)), cache=False).value_and_grad(x)
+    assert np.isnan(value) and np.isnan(g).all()
