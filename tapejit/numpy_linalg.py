@@ -201,13 +201,19 @@ def _eigh2(a, uplo="L"):
 
 
 @functools.cache
-def _lapack_available() -> bool:
-    """Whether scipy's LAPACK (which generated code calls for ``eigh``) is installed."""
+def _lapack_has(routine: str) -> bool:
+    """Whether scipy's LAPACK, which generated code calls through a function pointer, is
+    installed and exports ``routine``."""
     try:
         from scipy.linalg import cython_lapack
     except ImportError:
         return False
-    return "dsyevd" in cython_lapack.__pyx_capi__
+    return routine in cython_lapack.__pyx_capi__
+
+
+def _lapack_available() -> bool:
+    """Whether ``eigh`` can call LAPACK's ``dsyevd``."""
+    return _lapack_has("dsyevd")
 
 
 def _eigh_lapack(a, uplo="L"):
@@ -275,14 +281,9 @@ def multi_dot(arrays, *, out=None):
     return r
 
 
-@functools.cache
 def _gesdd_available() -> bool:
-    """Whether scipy's LAPACK (which generated code calls for ``svd``) is installed."""
-    try:
-        from scipy.linalg import cython_lapack
-    except ImportError:
-        return False
-    return "dgesdd" in cython_lapack.__pyx_capi__
+    """Whether ``svd`` can call LAPACK's ``dgesdd``."""
+    return _lapack_has("dgesdd")
 
 
 def _svd_fits(shape) -> bool:
