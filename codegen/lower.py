@@ -1114,19 +1114,14 @@ INTERLEAVE_MIN_TRIP = 64
 INTERLEAVE_HINT = "tapejit.interleave"
 
 
-def _long_math_loop(k, size) -> bool:
-    """Whether fused kernel ``k`` is a long loop whose body evaluates polynomial math."""
-    if isinstance(size, int) and size < INTERLEAVE_MIN_TRIP:
-        return False
-    return any(n.op in mathlib.MATH and mathlib.MATH[n.op].body is not None for n in k.body)
-
-
-def _short_math_loop(k, size) -> bool:
-    """Whether fused kernel ``k`` is a loop of fewer than :data:`INTERLEAVE_MIN_TRIP` iterations
-    whose body evaluates polynomial math: interleave 1, so the vector loop runs at all."""
-    return isinstance(size, int) and size < INTERLEAVE_MIN_TRIP and any(
-        n.op in mathlib.MATH and mathlib.MATH[n.op].body is not None for n in k.body
-    )
+def _interleave(k, size) -> int:
+    """The interleave hint of fused kernel ``k`` over ``size`` iterations: for a body that
+    evaluates polynomial math, :data:`INTERLEAVE` from :data:`INTERLEAVE_MIN_TRIP` iterations
+    (or a size known only at run time) and 1 below (so the vector loop runs at all); 0 (LLVM's
+    choice) for other loops."""
+    if not any(n.op in mathlib.MATH and mathlib.MATH[n.op].body is not None for n in k.body):
+        return 0
+    return 1 if isinstance(size, int) and size < INTERLEAVE_MIN_TRIP else INTERLEAVE
 
 
 def _lower_loop(L: Lowering, k) -> None:
@@ -1146,7 +1141,7 @@ def _lower_loop(L: Lowering, k) -> None:
             accs[id(n)] = L.accumulator(0.0 if n.op == Op.REDUCE_SUM else -math.inf)
     space = L.space(k)
     size = L.size(space)
-    hint = INTERLEAVE if _long_math_loop(k, size) else (1 if _short_math_loop(k, size) else 0)
+    hint = _interleave(k, size)
     with L.nest(space) if gathers else L.loop(size, hint) as idx:
         if gathers:
             i = L.flat(idx, space) if idx else I64(0)
