@@ -86,6 +86,9 @@ def object_elements(t: Tracer, copy: bool | None = True) -> np.ndarray:
         # np.asarray(t) (numpy passes copy=None for it, and for np.array([t, ...])'s elements,
         # which are copied: the user's line tells them apart)
         root = views.root_of(t)
+        if len(_SHARED) >= 64:  # drop the entries of arrays that no longer exist
+            for key in [k for k, (ref, _) in _SHARED.items() if ref() is None]:
+                del _SHARED[key]
         _SHARED[id(root)] = (weakref.ref(root), _user_site())
     cells = itertools.product(*(range(d) for d in shape))
     elements = (Element(source, k, index) for k, index in enumerate(cells))
