@@ -346,11 +346,45 @@ def triangle(pos):
 
 
 def test_triangular_pair_loop_inner_loops_rerolled():
+    """Every inner loop is re-rolled, the short rows at the end of the triangle too (down to
+    MIN_SHORT_RUN iterations: their body is the long rows' body, so they share its kernels)."""
     n = 24
     stats = against_unrolled(triangle, RNG.random((n, 2)))
-    inner = [n - 1 - i for i in range(n) if n - 1 - i >= rr.MIN_RUN]
-    assert stats["loops"] >= len(inner)
-    assert stats["iterations"] >= sum(inner)
+    inner = [n - 1 - i for i in range(n) if n - 1 - i >= rr.MIN_SHORT_RUN]
+    assert stats["loops"] == len(inner)
+    assert stats["iterations"] == sum(inner)
+
+
+def reversed_triangle(pos):
+    e = 0.0
+    for i in reversed(range(len(pos))):
+        for j in range(i + 1, len(pos)):
+            d = pos[i] - pos[j]
+            e = e + np.exp(-d * d)
+    return e
+
+
+def test_short_rows_before_the_long_ones_are_rerolled_too():
+    """The short rows come first here (i from n-1 down): they are re-rolled once a long row
+    with their body has been found, whatever the order."""
+    n = 22
+    stats = against_unrolled(reversed_triangle, RNG.random(n))
+    inner = [n - 1 - i for i in range(n) if n - 1 - i >= rr.MIN_SHORT_RUN]
+    assert (stats["loops"], stats["iterations"]) == (len(inner), sum(inner))
+
+
+def test_short_loops_with_a_body_of_their_own_stay_unrolled():
+    """A short loop re-rolls only with the body of a long loop re-rolled in the same trace."""
+
+    def f(x):
+        e = 0.0
+        for i in range(len(x)):  # a long loop: re-rolled
+            e = e + np.sin(x[i])
+        for i in range(rr.MIN_SHORT_RUN + 2):  # short, another body: stays unrolled
+            e = e + np.cos(x[i]) * x[i + 1]
+        return e
+
+    against_unrolled(f, RNG.random(rr.MIN_RUN + 4), iterations=rr.MIN_RUN + 4, n_loops=1)
 
 
 # -- compiled code size stops growing ------------------------------------------------------------

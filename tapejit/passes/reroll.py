@@ -75,8 +75,12 @@ Not re-rolled (left as they are): chains whose iterations read other elements of
 array (``y[i] = y[i-1] + ...``), non-affine indices (``x[i*i]``, ``x[idx[i]]`` with a numpy
 ``idx``), sliding windows (``x[i:i+3]``), two varying axes (``x[i, i]``), several accumulators
 that feed each other (the one that reads the other stays unrolled), iterations with guards, and
-loops over fewer than :data:`MIN_RUN` iterations. Nested Python loops: the innermost loop is
-re-rolled (each outer iteration keeps its own loop node).
+loops over fewer than :data:`MIN_RUN` iterations — except a run of at least
+:data:`MIN_SHORT_RUN` whose body is that of a run of :data:`MIN_RUN` or more in the same trace
+(the short rows at the end of a triangular nest ``for j in range(i + 1, n)``: their loops share
+the long rows' kernel functions, where unrolled they were straight-line code, most of the
+nest's compile time). Nested Python loops: the innermost loop is re-rolled (each outer
+iteration keeps its own loop node).
 """
 
 from __future__ import annotations
@@ -88,8 +92,9 @@ from .. import ir, ops
 from ..ir import Graph, Node, Type, substitute
 from ..ops import Op
 from ..progress import log
-from .reroll_match import (  # noqa: F401  (MIN_RUN: the pass's documented threshold)
+from .reroll_match import (  # noqa: F401  (MIN_RUN, MIN_SHORT_RUN: the documented thresholds)
     MIN_RUN,
+    MIN_SHORT_RUN,
     _Fail,
     _Run,
     _chains,
@@ -447,6 +452,7 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
     diff = _Differentiable(g)
     mapping: dict[int, Node] = {}
     number = 0
+    known: set = set()  # signatures of the templates of long runs (reroll_match.MIN_SHORT_RUN)
     for chain in chains:
         # iterations may span several chain nodes (e = e + a + b: two adds per iteration):
         # try each period and phase, keep the choice that re-rolls the most chain nodes
@@ -462,7 +468,7 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
             for phase in [tail] + [q for q in range(period) if q != tail]:
                 sub = chain[phase::period]
                 mine = {id(n) for n in chain} - {id(n) for n in sub}
-                runs = _find_runs(sub, spine_ids - mine, guarded)
+                runs = _find_runs(sub, spine_ids - mine, guarded, known)
                 covered = sum(r.hi - r.lo + 1 for r in runs) * period
                 if runs:
                     worked.add(period)

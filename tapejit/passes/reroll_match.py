@@ -13,6 +13,11 @@ from ..ops import Op
 
 #: The shortest run of iterations worth a loop.
 MIN_RUN = 16
+#: A shorter run (down to this many iterations) is re-rolled when its body is the body of a run
+#: of at least ``MIN_RUN`` re-rolled already (the short rows at the end of a triangular loop
+#: nest): its loop shares that loop's kernel functions, so it costs no code, where the
+#: iterations left unrolled would be straight-line code (most of the pair loop's compile time).
+MIN_SHORT_RUN = 4
 #: Nodes one iteration may have (beyond that it is not an element loop; the walks recurse).
 MAX_BODY = 250
 #: The most chain nodes one iteration may span (``e = e + a + b`` spans two).
@@ -36,20 +41,28 @@ def _chains(nodes: list[Node]) -> list[list[Node]]:
     followed back from its end through those operands, and stops where two operands tie."""
     L: dict[int, int] = {}
     pred: dict[int, Node] = {}
-    for u in nodes:
-        if u.op in ops.LEAF or u.op == Op.LOOP or not u.args or u.dtype != "f64":
+    leaf, loop, writes = ops.LEAF, Op.LOOP, _WRITES
+    for u in nodes:  # (a hot loop: one pass over the trace, ~10^6 nodes for big element loops)
+        op, args = u.op, u.args
+        if op in leaf or op == loop or not args or u.type.dtype != "f64":
             continue
-        if u.op in _WRITES:  # the accumulator is the carry of an indexed write
-            cands = [u.args[0]] if id(u.args[0]) in L and u.args[0].type == u.type else []
-        else:
-            cands = [a for a in dict.fromkeys(u.args) if a.type == u.type and id(a) in L]
-        if not cands:
-            L[id(u)] = 1
-            continue
-        cands.sort(key=lambda a: -L[id(a)])
-        L[id(u)] = 1 + L[id(cands[0])]
-        if len(cands) == 1 or L[id(cands[0])] > L[id(cands[1])]:
-            pred[id(u)] = cands[0]
+        ut = u.type
+        if op in writes:  # the accumulator is the carry of an indexed write
+            args = args[:1]
+        # the operand with the longest path behind it (the first, on a tie), and the longest
+        # path behind any other operand: it is the carry's only when strictly longer
+        best, l1, l2 = None, 0, 0
+        for a in args:
+            la = L.get(id(a))
+            if la is None or a is best or (a.type is not ut and a.type != ut):
+                continue
+            if la > l1:
+                best, l1, l2 = a, la, l1
+            elif la > l2:
+                l2 = la
+        L[id(u)] = 1 + l1
+        if best is not None and l1 > l2:
+            pred[id(u)] = best
     is_pred = {id(p) for p in pred.values()}
     tails = [u for u in nodes if id(u) in pred and id(u) not in is_pred and L[id(u)] >= MIN_RUN]
     tails.sort(key=lambda u: -L[id(u)])
@@ -211,7 +224,7 @@ class _Matcher:
                 if (
                     N.op != R.op
                     or N.attrs != R.attrs
-                    or N.type != R.type
+                    or (N.type is not R.type and N.type != R.type)
                     or id(N) in chain_ids
                     or id(N) in guarded
                     or len(N.args) != len(R.args)
@@ -453,12 +466,49 @@ class _Run:
     root_step: tuple = ()
 
 
-def _find_runs(chain: list[Node], chain_ids: set[int], guarded: set[int]) -> list[_Run]:
+def _template_signature(tpl: _Template, root: Node) -> tuple:
+    """The structure of the iteration rooted at ``root`` (the template's reference) without the
+    identity of its nodes, operands of commutative ops in sorted order (hash-consing orders
+    them by digest, which differs between iterations of different rows): each node's op,
+    attributes and type; a ``same`` leaf (a loop parameter) by its type, an ``xs`` leaf by its
+    array's type and the non-varying part of its index. Runs with one signature build one loop
+    body, up to the order of commutative operands, over other parameters and sequences."""
+    memo: dict[int, tuple] = {}
+
+    def sig(n: Node) -> tuple:
+        got = memo.get(id(n))
+        if got is not None:
+            return got
+        kind = "node" if n is root else tpl.kind.get(id(n))
+        if kind is None:
+            out: tuple = ("?", id(n))  # not part of the template: never equal to another
+        elif kind == "node":
+            args = [sig(a) for a in n.args]
+            if n.op in ir.commutative:
+                args.sort(key=hash)  # any order, the same for equal signatures
+            out = (n.op, n.attrs, n.type.shape, n.type.dtype, tuple(args))
+        elif kind == "xs":
+            base = n.args[0].type
+            out = (kind, base.shape, _split_items(n.attrs)[0], n.type.shape, n.type.dtype)
+        else:
+            out = (kind, n.type.shape, n.type.dtype)
+        memo[id(n)] = out
+        return out
+
+    return (tpl.root_varies, sig(root))
+
+
+def _find_runs(
+    chain: list[Node], chain_ids: set[int], guarded: set[int], known: set | None = None
+) -> list[_Run]:
     """Runs of at least ``MIN_RUN`` consecutive iterations of ``chain`` that match one
-    template with affine indices, in order, not overlapping."""
+    template with affine indices, in order, not overlapping; with ``known`` (a set of
+    template signatures, updated with those of the runs found), also runs of at least
+    ``MIN_SHORT_RUN`` whose template has a known signature."""
     m = _Matcher(chain, chain_ids, guarded)
     free_m = _Matcher(chain, set(), guarded)  # a first iteration's walk (MAX_BODY bounds it)
     runs: list[_Run] = []
+    pending: list[tuple[_Run, tuple]] = []  # short runs of a body not (yet) known
     floor = 0  # iterations before this belong to an earlier run
     s = 1
     while s + 2 < len(chain):
@@ -495,19 +545,35 @@ def _find_runs(chain: list[Node], chain_ids: set[int], guarded: set[int]) -> lis
                     lo, lo_st = lo - 1, st
                 break
             lo, lo_st = lo - 1, st
-        if hi - lo + 1 >= MIN_RUN:
-            if lo_st is None:
-                first = {id(r): r for r in tpl.leaves}
-                init = chain[s - 1]
-            else:
-                first = {id(r): lo_st["env"][id(r)][0] for r in tpl.leaves}
-                init = lo_st["carry"][0]
-            root_step = step.pop("__root__", ())
-            runs.append(_Run(tpl, lo, hi, init, first, step, chain[lo].attrs, root_step))
-            floor = hi + 1
-            s = hi + 2
-        else:
+        count = hi - lo + 1
+        short = count < MIN_RUN
+        if short and (known is None or count < MIN_SHORT_RUN):
             s = max(s + 1, hi - 1)
+            continue
+        if lo_st is None:
+            first = {id(r): r for r in tpl.leaves}
+            init = chain[s - 1]
+        else:
+            first = {id(r): lo_st["env"][id(r)][0] for r in tpl.leaves}
+            init = lo_st["carry"][0]
+        root_step = step.pop("__root__", ())
+        run = _Run(tpl, lo, hi, init, first, step, chain[lo].attrs, root_step)
+        sig = _template_signature(tpl, chain[tpl.s]) if known is not None else None
+        if short and sig not in known:
+            pending.append((run, sig))  # its body may turn up in a long run further on
+            s = max(s + 1, hi - 1)
+            continue
+        if not short and known is not None:
+            known.add(sig)
+        runs.append(run)
+        floor = hi + 1
+        s = hi + 2
+    taken = [(r.lo, r.hi) for r in runs]
+    for run, sig in pending:
+        if sig in known and not any(run.lo <= b and a <= run.hi for a, b in taken):
+            runs.append(run)
+            taken.append((run.lo, run.hi))
+    runs.sort(key=lambda r: r.lo)
     return runs
 
 
