@@ -176,7 +176,8 @@ def object_code(
     tm = target.object_machine()
     module.triple = target.host()[0]
     module.data_layout = str(tm.target_data)
-    mod = llvm.parse_assembly(str(module))
+    text = str(module)
+    mod = llvm.parse_assembly(text)
     mod.verify()
-    target.optimise(mod, tm)
+    target.optimise(mod, tm, lines=text.count("\n"))
     return ObjectCode(tm.emit_object(mod), workspace_bytes, constants_bytes, str(mod))

@@ -122,7 +122,7 @@ class CodeLibrary:
         mod = llvm.parse_assembly(text)
         mod.verify()
         t1 = time.perf_counter()
-        target.optimise(mod, tm)
+        target.optimise(mod, tm, lines=text.count("\n"))
         t2 = time.perf_counter()
         llvm_ir = str(mod)
         obj = None

@@ -89,12 +89,20 @@ def object_machine() -> llvm.TargetMachine:
 #: Small modules (EAM: 6 functions) keep both: their long loops gain from unrolling at 10^5
 #: elements (~8 %).
 LARGE_MODULE_FUNCTIONS = 16
+#: Modules of at least this many lines of LLVM IR text are large too, however few their
+#: functions: a few loop kernels with long scalar code around them (the Lennard-Jones pair loop,
+#: re-rolled into 6 kernels over its rows, is 6,500 lines of glue at N = 64: SLP and unrolling
+#: were 220 of its 320 ms of optimisation, for no change in its gradient's time, 5.1-5.4 us).
+#: EAM's module is ~650 lines.
+LARGE_MODULE_LINES = 2000
 
 
-def optimise(module: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+def optimise(module: llvm.ModuleRef, tm: llvm.TargetMachine, lines: int = 0) -> None:
     """Run the O3 pipeline with loop and SLP vectorisation on ``module`` in place (no loop
-    unrolling and no SLP for modules of :data:`LARGE_MODULE_FUNCTIONS` functions or more)."""
-    small = sum(1 for f in module.functions if not f.is_declaration) < LARGE_MODULE_FUNCTIONS
+    unrolling and no SLP for modules of :data:`LARGE_MODULE_FUNCTIONS` functions or more, or
+    of ``lines`` >= :data:`LARGE_MODULE_LINES`, the length of the IR text it was parsed from)."""
+    functions = sum(1 for f in module.functions if not f.is_declaration)
+    small = functions < LARGE_MODULE_FUNCTIONS and lines < LARGE_MODULE_LINES
     pto = llvm.create_pipeline_tuning_options(speed_level=OPT_LEVEL)
     pto.loop_vectorization = True
     pto.slp_vectorization = small
