@@ -917,6 +917,7 @@ def _unary(op, x):
 _SCALAR_ARITH = {op: str(op) for op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV)}  # -> the node's name
 _F64_SCALAR = Type((), "f64")
 _SCALAR_OF = {d: Type((), d) for d in ir.DTYPES}
+_INDEX = str(Op.INDEX)
 
 
 def _binary(op, x, y):
@@ -940,7 +941,7 @@ def _scalar_arith(op, x, y) -> Tracer | None:
         if v.__class__ is Tracer:
             n = v.node
             tp = n.type
-            if v.level != depth or tp.shape or tp.dtype != "f64" or n.op == "const":
+            if v.level != depth or tp.shape or tp.dtype != "f64" or n.op == Op.CONST:
                 return None
             if v._value is not _UNSET:
                 _values.table.setdefault(id(n), (n, v._value))
@@ -1103,7 +1104,7 @@ def _element(x: Tracer, key: tuple) -> Tracer | None:
         return None
     if x._value is not _UNSET:
         _values.table.setdefault(id(x.node), (x.node, x._value))
-    node = Node("index", (x.node,), key, _SCALAR_OF[x.node.type.dtype])  # = ops.index's node
+    node = Node(_INDEX, (x.node,), key, _SCALAR_OF[x.node.type.dtype])  # = ops.index's node
     ir.mark_verified(node)
     return Tracer(node, _UNSET, x.level)
 

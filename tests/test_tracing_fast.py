@@ -1,0 +1,46 @@
+"""The tracer's fast paths for scalarised code (tapejit/tracing.py: ``_scalar_arith`` for float64
+scalar arithmetic, ``_element`` for ``x[i, j]`` reads) build exactly the nodes the general path
+builds: the same printed trace, with and without them, for scalar code, mixed scalar and array
+code, Python numbers on either side, products with 1 (which the general path folds), negative
+and out-of-range indices (which the fast path leaves to the general one)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tapejit import TracingError, tracing
+
+
+def pair_terms(x):
+    e = 0.0
+    for i in range(x.shape[0]):
+        for j in range(i + 1, x.shape[0]):
+            d = x[j, 0] - x[i, 0]
+            r = d * d + (x[j, 1] - x[i, 1]) ** 2 + 1.0
+            e = e + 4.0 / r - r * 1.0 + 1.0 * r - 2 * d / 3.0
+    return e
+
+
+def mixed(x):
+    s = x[0, 0] * x[1, 1] - x[-1, 0]  # a negative index: the general path
+    v = np.sin(x[:, 0]) * s  # an array times a traced scalar
+    return np.sum(v) + s / x[2, 1] + x[True + 0, 0]
+
+
+def _general_only(monkeypatch):
+    monkeypatch.setattr(tracing, "_scalar_arith", lambda op, x, y: None)
+    monkeypatch.setattr(tracing, "_element", lambda x, key: None)
+
+
+@pytest.mark.parametrize("f", [pair_terms, mixed])
+def test_fast_paths_build_the_general_paths_graph(f, monkeypatch):
+    x = np.random.default_rng(0).random((5, 2)) + 0.5
+    fast = str(tracing.trace(f, [x], [0]))
+    _general_only(monkeypatch)
+    assert str(tracing.trace(f, [x], [0])) == fast
+
+
+def test_an_index_out_of_bounds_still_gets_the_general_error():
+    with pytest.raises(TracingError, match="out of bounds"):
+        tracing.trace(lambda x: x[0, 5] * 2.0, [np.ones((2, 2))], [0])
