@@ -36,7 +36,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from .. import ops
-from ..ir import Graph, Kernel, Node
+from ..ir import DTYPES, Graph, Kernel, Node
 from ..ops import Op
 
 #: Recompute a value in a later loop when its recomputation costs at most this much.
@@ -245,6 +245,7 @@ def fuse(g: Graph) -> Schedule:
                             kern.body.append(c)
                             recomputed += 1
         kern.body.sort(key=lambda x: order[id(x)])
+        kern.body = canonical_body(kern.body)
     materialised = set(must)
     for k, kern in enumerate(kernels):
         for n in kern.body:
@@ -283,4 +284,68 @@ def _recompute_set(a: Node, home, must, cls) -> list[Node] | None:
         out.append(n)
         if cls[id(n)] == "body":
             todo.extend(x for x in n.args if x.shape != ())
+    return out
+
+
+_COMMUTATIVE = frozenset(ops.COMMUTATIVE)
+#: Ops and dtypes as small ints: a hash of ints and tuples of them is the same in every process
+#: (a str's is salted per process), so the canonical order, hence the code, is too.
+_CODE = {name: i for i, name in enumerate(sorted(ops.OPS))}
+_CODE.update({d: -1 - i for i, d in enumerate(DTYPES)})
+
+
+def structure_hashes(body: list[Node]) -> dict[int, int]:
+    """A hash of each node of a loop body (in topological order) from its op, dtype, rank and
+    its operands' hashes — sorted for commutative ops — and nothing else: not its attributes
+    (sizes, offsets, constants), which a kernel's key spells as positions, nor its operands'
+    digests, by which hash-consing orders commutative operands. Operands from outside the body
+    hash by op, dtype and rank. Two bodies that differ in those only get equal hashes; the
+    hashes are the same in every process (ints only)."""
+    sh: dict[int, int] = {}
+    code = _CODE
+    for n in body:
+        ch = []
+        for a in n.args:
+            h = sh.get(id(a))
+            if h is None:
+                h = hash((-1, code[a.op], code[a.type.dtype], len(a.type.shape)))
+            ch.append(h)
+        if n.op in _COMMUTATIVE:
+            ch.sort()
+        sh[id(n)] = hash((code[n.op], code[n.type.dtype], len(n.type.shape), tuple(ch)))
+    return sh
+
+
+def canonical_body(body: list[Node]) -> list[Node]:
+    """``body`` (topologically sorted) in a topological order that depends only on its
+    structure (:func:`structure_hashes`): a depth-first walk from its roots (nodes no other
+    body node reads) that emits each node after its operands, visiting the operands of a
+    commutative op in order of their hashes. The bodies of one loop over different rows (the
+    row-by-row Lennard-Jones model's kernels, whose commutative operands hash-consing orders
+    by digests that depend on the row) then come out in one order, so their kernels share one
+    key and one function (:class:`tapejit.codegen.lower.Interface`). Ties keep the given order:
+    tied subtrees are alike, so either order spells one key."""
+    if len(body) < 3:
+        return body
+    sh = structure_hashes(body)
+    pos = {id(n): i for i, n in enumerate(body)}
+    used = {id(a) for n in body for a in n.args if id(a) in pos}
+    roots = sorted((n for n in body if id(n) not in used), key=lambda n: (sh[id(n)], pos[id(n)]))
+    out: list[Node] = []
+    seen: set[int] = set()
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            n, expanded = stack.pop()
+            if id(n) in seen:
+                continue
+            if expanded:
+                seen.add(id(n))
+                out.append(n)
+                continue
+            stack.append((n, True))
+            args = [a for a in n.args if id(a) in pos and id(a) not in seen]
+            if n.op in _COMMUTATIVE:
+                args.sort(key=lambda a: (sh[id(a)], pos[id(a)]))
+            stack.extend((a, False) for a in reversed(args))
     return out
