@@ -153,9 +153,9 @@ def front_end(fn, args: list, argnums: tuple[int, ...], upto: str = "plan") -> d
     the same pure functions ``tapejit.compile`` runs, so the same graphs and plan it compiles
     (the IR is deterministic), without LLVM."""
     from tapejit import pipeline, tracing
-    from tapejit.passes import reroll
+    from tapejit.passes import trace_passes
 
-    trace, _ = reroll.maybe_reroll(tracing.trace(fn, args, argnums))
+    trace, _ = trace_passes(tracing.trace(fn, args, argnums))
     if upto == "trace":
         return {"trace": trace}
     f = pipeline.front(trace, argnums)
@@ -460,6 +460,7 @@ def format_stats(stats: dict, title: str = "") -> str:
         ("recomputed", "recomputed", "values recomputed rather than stored"),
         ("work", "work", "operations per call"),
         ("reroll", "re-rolled", "Python loop iterations -> loop nodes"),
+        ("columns", "columns", "sums over 3-vectors split into columns"),
         (None, "memory", ""),
         ("workspace_bytes", "workspace bytes", "one workspace, reused by liveness"),
         ("constants_bytes", "constants bytes", "captured arrays, passed by pointer"),

@@ -289,7 +289,17 @@ def test_sizes_that_agree_stay_constants():
     assert "icmp slt i64" in text and ", 100" in text  # the trip count is a constant
 
 
-def test_call_tapes_carry_the_sizes():
+@pytest.fixture
+def rows_as_blocks(monkeypatch):
+    """The LJ rows model with its (n, 3) blocks kept as such (no column split,
+    tapejit/passes/columns.py): kernels of many lengths over blocks, and a backward pass of
+    pointer-only calls — the mechanisms the next tests check."""
+    from tapejit.passes import columns
+
+    monkeypatch.setattr(columns, "MAX_COLUMNS", 1)
+
+
+def test_call_tapes_carry_the_sizes(rows_as_blocks):
     """The backward pass of the LJ model is a run of pointer-only calls of different lengths:
     one tape, whose records carry each call's row count, walked once."""
     x = lattice(48)
@@ -330,7 +340,7 @@ def test_shared_functions_still_vectorise():
     check_against_oracles(growing, x, grad)
 
 
-def test_annotated_asm_names_the_kernels_of_a_shared_function():
+def test_annotated_asm_names_the_kernels_of_a_shared_function(rows_as_blocks):
     """``tapejit dump --stage asm`` names every plan kernel, each under the one function that
     computes it: kernels of many lengths under their shared function."""
     from tapejit import cli

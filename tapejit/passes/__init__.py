@@ -13,7 +13,7 @@ import time
 from typing import Callable
 
 from ..ir import Graph, verify
-from . import cleanup, fusion, memplan, reroll, simplify
+from . import cleanup, columns, fusion, memplan, reroll, simplify
 from .memplan import plan
 
 #: The pass pipeline, in order: (name, Graph -> (Graph, stats), when). ``when`` (given the
@@ -52,4 +52,17 @@ def optimise(g: Graph, pipeline=None) -> tuple[Graph, dict]:
     return g, stats
 
 
-__all__ = ["PIPELINE", "optimise", "plan", "cleanup", "fusion", "memplan", "reroll", "simplify"]
+def trace_passes(g: Graph) -> tuple[Graph, dict]:
+    """The passes on the trace itself, before reverse mode (so they are part of the trace
+    stage: printed by ``tapejit dump --stage trace`` and keyed by the on-disk cache): Python
+    element loops re-rolled (:mod:`.reroll`), then sums over small trailing axes split into
+    columns (:mod:`.columns`). Returns the graph and ``{"reroll": stats, "columns": stats}``."""
+    g, rerolled = reroll.maybe_reroll(g)
+    g, split = columns.split_columns(g)
+    if split["reductions"]:
+        verify(g)
+    return g, {"reroll": rerolled, "columns": split}
+
+
+__all__ = ["PIPELINE", "optimise", "plan", "trace_passes", "cleanup", "columns", "fusion",
+           "memplan", "reroll", "simplify"]  # fmt: skip

@@ -36,7 +36,7 @@ from ..codegen import fastcall as _fastcall
 from ..codegen.cache import ObjectCache, text
 from ..codegen.lower import counters_symbol
 from ..ir import Graph
-from ..passes import reroll
+from .. import passes
 from ..progress import Progress, log, wanted
 from .options import Options, capacity_for, object_cache
 from .signature import Signature
@@ -395,9 +395,11 @@ def compile_variant(
         trace = tracing.trace(
             f, args, order, dynamic, forced, check_max_steps=not lenient, outputs=outputs
         )
-        # Python element loops, unrolled by tracing, re-rolled into loop nodes: part of the
-        # trace stage (printed, cache-keyed), so a cache hit needs no pass after it
-        trace, rerolled = reroll.maybe_reroll(trace)
+        # Python element loops, unrolled by tracing, re-rolled into loop nodes, and sums over
+        # 3-vectors as columns: part of the trace stage (printed, cache-keyed), so a cache hit
+        # needs no pass after it
+        trace, trace_stats = passes.trace_passes(trace)
+        rerolled = trace_stats["reroll"]
         tuple_result = options.tuple_result
         if mode != "grad":
             trace = transforms.program(mode, trace, order, args)
@@ -415,6 +417,7 @@ def compile_variant(
             mode != "grad",
         )
         v.stats["reroll"] = {"iterations": rerolled["iterations"], "loops": rerolled["loops"]}
+        v.stats["columns"] = {"reductions": trace_stats["columns"]["reductions"]}
     log.info(
         "compiled %s in %.3f s (%d trace nodes, on-disk cache %s)",
         trace.name, time.perf_counter() - t0, len(trace.nodes), v.stats["cache"],
