@@ -910,38 +910,44 @@ def _unary(op, x):
     return _build(lambda a: ops.elementwise(op, a), x)
 
 
-#: The arithmetic of scalarised code (``dx = pos[j, 0] - pos[i, 0]``, ``s * s - s``), which
-#: :func:`_binary` builds without the general path (numpy broadcasting, casts, the type rule):
-#: the node that path builds for float64 scalars, ~3x faster (tracing a scalar element loop is
-#: most of its compile time: one trip through the Python loop per element).
+#: The arithmetic of scalarised code (``dx = pos[j, 0] - pos[i, 0]``, ``s * s - s``) and of
+#: loops over small vectors (``h = np.sin(h) * 0.9 + x``), which :func:`_binary` builds without
+#: the general path (numpy broadcasting, casts, the type rule) when the operands are float64
+#: tracers of one shape and Python floats: the node the general path builds, 2-3x faster
+#: (tracing a Python element loop, one trip through its body per element, is most of its
+#: compile time).
 _SCALAR_ARITH = {op: str(op) for op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV)}  # -> the node's name
-_F64_SCALAR = Type((), "f64")
 _SCALAR_OF = {d: Type((), d) for d in ir.DTYPES}
 _INDEX = str(Op.INDEX)
 
 
 def _binary(op, x, y):
     if op in _SCALAR_ARITH:
-        t = _scalar_arith(op, x, y)
+        t = _fast_arith(op, x, y)
         if t is not None:
             return t
     return _build(lambda a, b: ops.elementwise(op, a, b), x, y)
 
 
-def _scalar_arith(op, x, y) -> Tracer | None:
-    """``op(x, y)`` for float64 scalar tracers of the current trace, or a tracer and a Python
-    float; ``None`` for anything else (and for a product with the constant 1, which the
-    general path folds)."""
+def _fast_arith(op, x, y) -> Tracer | None:
+    """``op(x, y)`` for float64 tracers of the current trace and one shape, or one such tracer
+    and a Python float; ``None`` for anything else (and for a product with the constant 1,
+    which the general path folds)."""
     items = _current.items
     depth = len(items)
     if items and items[0].dynamic:
         return None
     xs = []
+    t = None
     for v in (x, y):
         if v.__class__ is Tracer:
             n = v.node
             tp = n.type
-            if v.level != depth or tp.shape or tp.dtype != "f64" or n.op == Op.CONST:
+            if v.level != depth or tp.dtype != "f64" or n.op == Op.CONST:
+                return None
+            if t is None:
+                t = tp
+            elif tp is not t and tp.shape != t.shape:
                 return None
             if v._value is not _UNSET:
                 _values.table.setdefault(id(n), (n, v._value))
@@ -953,7 +959,9 @@ def _scalar_arith(op, x, y) -> Tracer | None:
         else:
             return None
         xs.append(n)
-    node = Node(_SCALAR_ARITH[op], xs, (), _F64_SCALAR)
+    if t is None:
+        return None
+    node = Node(_SCALAR_ARITH[op], xs, (), t)
     ir.mark_verified(node)
     return Tracer(node, _UNSET, depth)
 

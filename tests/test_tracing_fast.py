@@ -1,8 +1,9 @@
-"""The tracer's fast paths for scalarised code (tapejit/tracing.py: ``_scalar_arith`` for float64
-scalar arithmetic, ``_element`` for ``x[i, j]`` reads) build exactly the nodes the general path
-builds: the same printed trace, with and without them, for scalar code, mixed scalar and array
-code, Python numbers on either side, products with 1 (which the general path folds), negative
-and out-of-range indices (which the fast path leaves to the general one)."""
+"""The tracer's fast paths for element loops (tapejit/tracing.py: ``_fast_arith`` for float64
+arithmetic on operands of one shape and Python floats, ``_element`` for ``x[i, j]`` reads) build
+exactly the nodes the general path builds: the same printed trace, with and without them, for
+scalar code, vector code, mixed scalar and array code, Python numbers on either side, products
+with 1 (which the general path folds), negative and out-of-range indices (which the fast path
+leaves to the general one)."""
 
 from __future__ import annotations
 
@@ -29,11 +30,18 @@ def mixed(x):
 
 
 def _general_only(monkeypatch):
-    monkeypatch.setattr(tracing, "_scalar_arith", lambda op, x, y: None)
+    monkeypatch.setattr(tracing, "_fast_arith", lambda op, x, y: None)
     monkeypatch.setattr(tracing, "_element", lambda x, key: None)
 
 
-@pytest.mark.parametrize("f", [pair_terms, mixed])
+def vector_steps(x):
+    h = x[0]
+    for _ in range(4):
+        h = np.sin(h) * 0.9 + x[1] * 0.1 - 1.0 * h / (1.0 + h * h) + x[2] * x[0]
+    return np.sum(h * 1.0) + np.sum(h[:2] * x[0, :2])
+
+
+@pytest.mark.parametrize("f", [pair_terms, mixed, vector_steps])
 def test_fast_paths_build_the_general_paths_graph(f, monkeypatch):
     x = np.random.default_rng(0).random((5, 2)) + 0.5
     fast = str(tracing.trace(f, [x], [0]))
