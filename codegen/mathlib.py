@@ -5,8 +5,9 @@ llvmlite 0.50 ships no vector math library (DESIGN.md, "Math must be our own"), 
 instead written in ``llvmlite.ir`` as straight-line double arithmetic — ``llvm.fma.f64``, integer
 operations on the bit pattern (bitcast to i64) for exponent manipulation, and ``select`` for the
 special cases; no control flow — so LLVM's loop vectoriser turns a loop that calls one into 8-wide
-(zmm) code. The one exception is sin/cos for |x| > 2^50: a branch to a cold function with vector
-variants (:func:`_sincos_large`), which the vectoriser calls once per vector of x.
+(zmm) code. The one exception is sin/cos for |x| > 2^50 (tan: |x| > 2^30): a branch to a cold
+function with vector variants (:func:`_sincos_large`), which the vectoriser calls once per vector
+of x.
 
 Contract. :func:`call` emits ``op(*args)`` on doubles. Ops with an IR body (``exp log log1p expm1
 sin cos tanh pow``) are defined once per module, on first use, as an internal function
@@ -33,16 +34,31 @@ significand). These are sampled maxima, not proofs::
     exp    <= 1      0.95            all x (<= 0.96 by the bound in _exp; subnormal results 0.86)
     log    <= 1      0.81            subnormal .. max double
     log1p  <= 1      0.80            (-1, max double], tiny x
+    log2   <= 1      0.68            subnormal .. max double (mathlib_log, as log10)
+    log10  <= 1      0.65            subnormal .. max double
+    arcsinh <= 1     0.66            all x, tiny and huge (the 2^28 switch to log(2|x|))
+    arccosh <= 1     0.64            [1, max double], down to the doubles next to 1
+    arctanh <= 1     0.64            (-1, 1), tiny x, down to the doubles next to +-1
     expm1  <= 1      0.87            all x
+    exp2   <= 1      0.77            all x, subnormal results (0.81) (mathlib_hyp)
+    sinh   <= 1      0.87            all x (finite up to |x| = 710.4758 as numpy's), tiny x
+    cosh   <= 1      0.96            all x (likewise)
+    cbrt   <= 1      0.74            all x, subnormals included
     tanh   <= 2 (*)  0.66            all x   (*) measured 1; numpy's tanh is itself 1.19 ulp off
     sin    <= 1      0.78            all finite x (|x| > 2^50 by a 2/pi table; see _sincos)
     cos    <= 1      0.78            all finite x
+    tan    <= 1      0.75            all finite x (|x| > 2^30 on the cold path; mathlib_trig)
+    arcsin <= 1      0.65            [-1, 1] (numpy's own: 0.84), down to the doubles next to +-1
+    arccos <= 1      0.63            [-1, 1] (numpy's own: 0.82), likewise
     pow    <= 1      0.84            x^y up to 2^+-1023, subnormal x and results, x near 1
                                      with |y| up to 7e4; numpy/C99 special cases bit-exact
 
 Throughput (loop over 10^4 doubles, AVX-512 Zen 5, ns/element; numpy in brackets): exp 0.65
 (0.67), log 0.78 (0.60), log1p 0.75 (0.69), expm1 0.88 (0.85), tanh 1.1 (0.87), sin 1.6 (8.9),
-cos 1.6 (9.1), pow 3.4 (1.4). Unvectorised libm calls cost ~5 ns.
+cos 1.6 (9.1), pow 3.4 (1.4); value and derivative (bench/test_math.py): tan 0.86 (0.85),
+arcsin 0.64 (0.68), arccos 0.66 (0.68), sinh 0.53 (0.65), cosh 0.52 (0.53), cbrt 0.49
+(0.47), exp2 0.33 (0.47), log2 0.55 (0.53), log10 0.56 (0.52), arcsinh 0.77 (1.15), arccosh
+0.72 (1.29), arctanh 0.67 (0.77). Unvectorised libm calls cost ~5 ns.
 
 Sources of the polynomials (no code was copied; the structure follows the cited descriptions):
 
@@ -65,6 +81,27 @@ Sources of the polynomials (no code was copied; the structure follows the cited 
 * pow: exp(y log|x|) with a double-double log from the series
   ``log m = 2 atanh s = 2 (s + s^3/3 + s^5/5 + ...)`` (coefficients 2/(2k+1), exact rationals
   rounded to double) and the exp above applied to a double-double argument.
+* log2, log10, arcsinh, arccosh, arctanh (:mod:`codegen.mathlib_log`): FDLIBM's log kernel
+  above (its ``Lg1..Lg7`` by Horner's rule), one reduction each: log2/log10 scale log(1 + f)
+  by 1/ln 2, 1/ln 10 as double-doubles (exact products by fma, one final rounding); the
+  inverse hyperbolics take the log of a double-double argument (a + sqrt(a^2 + 1),
+  x + sqrt(x^2 - 1), (1 + x)/(1 - x)) whose reciprocal needs no division, so with the
+  derivative's own reciprocal (shared, by CSE) a gradient has one sqrt and two divisions
+  (arctanh: no sqrt) per element.
+* exp2, sinh, cosh, cbrt (:mod:`codegen.mathlib_hyp`): exp2 is :func:`_exp`'s scheme reduced
+  in base 2 with a degree-10 polynomial fitted here (Remez, :data:`~codegen.mathlib_hyp.EXP2_Q`);
+  sinh and cosh share one core (Cody-Waite reduction by ln 2, the addition theorem with
+  cosh/sinh(n ln 2) exact, even and odd minimax polynomials for cosh r and sinh r fitted here by
+  the Remez exchange in mpmath: :data:`~codegen.mathlib_hyp.COSH_P`,
+  :data:`~codegen.mathlib_hyp.SINH_P`); cbrt starts from a bit-pattern guess of x^(-1/3) (the
+  "fast inverse square root" idea, constant tuned here), two multiplication-only steps and a
+  Newton step on the residual y^3 - x: no polynomial, no division.
+* tan, arcsin, arccos (:mod:`codegen.mathlib_trig`): tan(r) = r + r^3 P(z)/Q(z) on |r| <= pi/4
+  (a (3, 3) rational) and asin(s) = s + s z P(z) on z = s^2 <= 1/4 (degree 12), both fitted
+  here by the Remez exchange in mpmath (:data:`~codegen.mathlib_trig.TAN_P`,
+  :data:`~codegen.mathlib_trig.ASIN_P`); arcsin/arccos above 1/2 by the half-angle identity
+  asin x = pi/2 - 2 asin(sqrt((1 - x)/2)) (the reduction of FDLIBM's ``e_asin.c``/``e_acos.c``,
+  here branch-free with one polynomial for both ranges).
 """
 
 from __future__ import annotations
@@ -317,24 +354,7 @@ def _exp_core(b, x, lo=None):
 LN2_TAIL = float(_LN2 - Fraction(math.log(2.0)))
 
 
-def _exp2(b, x):
-    """2^x: x = n + f with n = round(x) (f = x - n exact, |f| <= 1/2), 2^f = exp(f ln 2) with f ln 2
-    as a double-double (exact product by fma, plus f times ln 2's tail) through
-    :func:`_exp_core`, then scaled by 2^n in two exact steps (one rounding for subnormal
-    results, as exp's). Accurate at every magnitude: exp(x ln 2) would round x ln 2 first, an
-    error of |x| ulps of the argument (40 ulp of the result at x = 700). exp2(-inf) = 0,
-    exp2(inf) = inf, NaN -> NaN."""
-    xc = _clamp(b, x, -1080.0, 1030.0)
-    nan = _isnan(b, xc)
-    nf = b.select(nan, _c(0.0), _intrinsic(b, "llvm.roundeven", xc))
-    f = b.fsub(xc, nf)  # exact
-    hi = b.fmul(f, _c(math.log(2.0)))
-    lo = b.fadd(_fma(b, f, _c(math.log(2.0)), b.fneg(hi)), b.fmul(f, _c(LN2_TAIL)))
-    e = _exp_core(b, hi, lo)  # 2^f in [0.707, 1.415]
-    n = b.fptosi(nf, I64)
-    n1 = b.ashr(n, _i(1))
-    e = b.fmul(b.fmul(e, _pow2(b, n1)), _pow2(b, b.sub(n, n1)))
-    return b.select(nan, xc, e)
+# exp2 (:func:`codegen.mathlib_hyp._exp2`) uses _exp's scheme below; imported above MATH.
 
 
 def _clamp(b, x, lo, hi):
@@ -746,14 +766,14 @@ def _internal(module, name, ret, args) -> ir.Function:
     return fn
 
 
-def _lanewise(module, scalar: ir.Function, n: int) -> ir.Function:
-    """``<scalar>.v<n>``: the scalar function applied to the lanes with |x| > TRIG_MAX (those
+def _lanewise(module, scalar: ir.Function, n: int, limit: float = TRIG_MAX) -> ir.Function:
+    """``<scalar>.v<n>``: the scalar function applied to the lanes with |x| > ``limit`` (those
     with a NaN or inf included); the other lanes return x unchanged (the caller ignores them)."""
     vec = ir.VectorType(F64, n)
     fn = _internal(module, f"{scalar.name}.v{n}", vec, [vec])
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     x = fn.args[0]
-    lim = ir.Constant(vec, [TRIG_MAX] * n)
+    lim = ir.Constant(vec, [limit] * n)
     need = b.or_(b.fcmp_ordered(">", x, lim), b.fcmp_ordered("<", x, b.fneg(lim)))
     mask = b.bitcast(need, ir.IntType(n))
     entry, loop = b.block, fn.append_basic_block("lane")
@@ -1412,6 +1432,10 @@ class Math:
     domains: tuple[tuple[str, str, float, float], ...] = ()
 
 
+from .mathlib_trig import _arccos, _arcsin, _tan  # noqa: E402  (builds on the helpers above)
+from .mathlib_hyp import _cbrt, _cosh, _exp2, _sinh  # noqa: E402  (builds on the helpers above)
+from .mathlib_log import _arccosh, _arcsinh, _arctanh, _log2, _log10  # noqa: E402  (as above)
+
 #: op -> implementation. lower.py builds its EMIT rows from these keys.
 MATH: dict[Op, Math] = {
     Op.EXP:     Math(1, body=_exp, ulp=1, ulp_ld=1.0, domains=(
@@ -1423,9 +1447,36 @@ MATH: dict[Op, Math] = {
     Op.LOG1P:   Math(1, body=_log1p, ulp=1, ulp_ld=0.85, domains=(
         ("[-0.9, 10]", "uniform", -0.9, 10), ("|x| in 1e-20..1e-2", "-log", -20, -2),
         ("1e-300..1e300", "log", -300, 300))),
+    Op.LOG2:    Math(1, body=_log2, ulp=1, ulp_ld=0.75, domains=(
+        ("subnormal..1e308", "log", -323.5, 308.2), ("near 1", "uniform", 0.9, 1.1),
+        ("[0.5, 2]", "uniform", 0.5, 2))),
+    Op.LOG10:   Math(1, body=_log10, ulp=1, ulp_ld=0.75, domains=(
+        ("subnormal..1e308", "log", -323.5, 308.2), ("near 1", "uniform", 0.9, 1.1),
+        ("[0.5, 2]", "uniform", 0.5, 2))),
+    Op.ARCSINH: Math(1, body=_arcsinh, ulp=1, ulp_ld=0.75, domains=(
+        ("[-10, 10]", "uniform", -10, 10), ("[-1, 1]", "uniform", -1, 1),
+        ("1e-300..1e300", "log", -300, 300), ("-1e-300..-1e300", "-log", -300, 300),
+        ("1e7..1e10 (the 2^28 switch)", "log", 7, 10))),
+    Op.ARCCOSH: Math(1, body=_arccosh, ulp=1, ulp_ld=0.75, domains=(
+        ("[1, 10]", "uniform", 1, 10), ("x near 1", "near", 1.0, -1),
+        ("1..1e300", "log", 0, 300), ("1e7..1e10 (the 2^28 switch)", "log", 7, 10))),
+    Op.ARCTANH: Math(1, body=_arctanh, ulp=1, ulp_ld=0.75, domains=(
+        ("(-1, 1)", "uniform", -1, 1), ("[-0.5, 0.5]", "uniform", -0.5, 0.5),
+        ("1e-300..1e-1", "log", -300, -1), ("-1e-300..-1e-1", "-log", -300, -1),
+        ("x near 1", "near", 1.0, -1), ("x near -1", "near", -1.0, -1))),
     Op.EXP2:    Math(1, body=_exp2, ulp=1, ulp_ld=0.9, domains=(
         ("[-1074, 1023.9]", "uniform", -1074.5, 1023.9), ("[-1, 1]", "uniform", -1, 1),
         ("subnormal results", "uniform", -1074.5, -1020))),
+    Op.SINH:    Math(1, body=_sinh, ulp=1, ulp_ld=1.0, domains=(
+        ("[-1, 1]", "uniform", -1, 1), ("[-25, 25]", "uniform", -25, 25),
+        ("[-710.475, 710.475]", "uniform", -710.475, 710.475), ("1e-300..1", "log", -300, 0),
+        ("-1e-300..-1", "-log", -300, 0))),
+    Op.COSH:    Math(1, body=_cosh, ulp=1, ulp_ld=1.0, domains=(
+        ("[-1, 1]", "uniform", -1, 1), ("[-25, 25]", "uniform", -25, 25),
+        ("[-710.475, 710.475]", "uniform", -710.475, 710.475), ("1e-300..1", "log", -300, 0))),
+    Op.CBRT:    Math(1, body=_cbrt, ulp=1, ulp_ld=0.8, domains=(
+        ("[-10, 10]", "uniform", -10, 10), ("[0.5, 8]", "uniform", 0.5, 8),
+        ("subnormal..1e308", "log", -323.3, 308.2), ("-subnormal..-1e308", "-log", -323.3, 308.2))),
     Op.EXPM1:   Math(1, body=_expm1, ulp=1, ulp_ld=0.9, domains=(
         ("[-1, 1]", "uniform", -1, 1), ("[-60, 709.7]", "uniform", -60, 709.7),
         ("|x| in 1e-20..1e-3", "-log", -20, -3))),
@@ -1442,6 +1493,18 @@ MATH: dict[Op, Math] = {
         ("x in [0,10], y in [-10,10]", "pow", 0, 0), ("results near 2^+-1023", "pow", 0, 0),
         ("x near 1, |y| <= 7e4", "pow", 0, 0), ("negative x, integer y", "pow", 0, 0),
         ("subnormal x and results", "pow", 0, 0))),
+    Op.TAN:     Math(1, body=_tan, ulp=1, ulp_ld=0.8, domains=(
+        ("[-pi/4, pi/4]", "uniform", -0.7854, 0.7854), ("[-10, 10]", "uniform", -10, 10),
+        ("[-1e5, 1e5]", "uniform", -1e5, 1e5), ("1e-300..1e-1", "log", -300, -1),
+        ("-1e5..-1e300", "-log", 5, 300))),
+    Op.ARCSIN:  Math(1, body=_arcsin, ulp=1, ulp_ld=0.75, domains=(
+        ("[-0.5, 0.5]", "uniform", -0.5, 0.5), ("[-1, 1]", "uniform", -1, 1),
+        ("1e-300..1e-1", "log", -300, -1), ("x near 1", "near", 1.0, -1),
+        ("x near -1", "near", -1.0, -1))),
+    Op.ARCCOS:  Math(1, body=_arccos, ulp=1, ulp_ld=0.75, domains=(
+        ("[-0.5, 0.5]", "uniform", -0.5, 0.5), ("[-1, 1]", "uniform", -1, 1),
+        ("-1e-300..-1e-1", "-log", -300, -1), ("x near 1", "near", 1.0, -1),
+        ("x near -1", "near", -1.0, -1))),
     Op.ARCTAN:  Math(1, body=_atan, ulp=1, ulp_ld=0.95, domains=(
         ("[-1, 1]", "uniform", -1, 1), ("[-10, 10]", "uniform", -10, 10),
         ("1e-300..1e300", "log", -300, 300), ("-1e-20..-1e20", "-log", -20, 20))),

@@ -1,8 +1,8 @@
 """numpy's products (``dot``, ``matmul`` with batches, ``tensordot``, ``einsum``, ``outer``,
 ``inner``, ``kron``, ``cross``, norms) and elementwise functions written as compositions of
 primitives, following numpy's numerically careful formulations where it has one (``logaddexp``
-shifts by the maximum; ``sinh`` uses ``expm1`` near zero; ``expit`` never exponentiates a
-positive number; ``mod`` is C's ``fmod`` moved to the divisor's sign)."""
+shifts by the maximum; ``expit`` never exponentiates a positive number; ``mod`` is C's ``fmod``
+moved to the divisor's sign)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import numpy as np
 
 from .np_common import _axis, _float_dtype, _no_kwargs, _no_out, _t
 from .np_shape import _broadcast_to, _diagonal, _moveaxis, _squeeze, _stack
-from .custom import custom_jvp
 from .ops import Op
 from .tracing import _binary, _fail, _matmul, _reduce, _reshape, _transpose, _unary, _where, lift
 
@@ -217,160 +216,7 @@ def _einsum(subscripts, *operands, out=None, optimize=False, **kw):
     return _transpose(r, [kept.index(c) for c in res]) if r.ndim > 1 else r
 
 
-_LN2, _LN10 = math.log(2.0), math.log(10.0)
-
-
-# ln 2 = _LN2_HI + _LN2_LO with _LN2_HI a multiple of 2^-43, so a - _LN2_HI is exact for
-# |a| < 1024: e^a / 2 = e^(a - _LN2_HI) e^(-_LN2_LO), finite up to a = 710.47 as numpy's (e^a
-# itself overflows from 709.78)
-_LN2_HI, _LN2_LO = 0.6931471805598903, 5.497923018708371e-14
-
-
-def _expm1_parts(x):
-    """(a, big, t) for sinh and cosh of x: a = |x|; below 22, t = expm1(a); from 22 on, t + 1 =
-    e^a / 2 / e^(-_LN2_LO) (one expm1 either way, the same node for sinh and cosh)."""
-    a = abs(x)
-    big = a >= 22.0
-    t = np.expm1(_where(big, a - _LN2_HI, a))
-    return a, big, t
-
-
-def _sinh(x):
-    """FDLIBM's e_sinh.c with one expm1: 0.5 (t + t / (t + 1)) below |x| = 22 (no cancellation
-    near 0), e^|x| / 2 above (e^-|x| / 2 is below its last bit), the sign restored; x itself
-    below 1e-8 (keeps -0.0). Within 2 ulp; its derivative, cosh, comes out without
-    cancellation."""
-    x = _t(x)
-    a, big, t = _expm1_parts(x)
-    ts = _where(big, 0.0, t)  # the small branch never sees t = inf (0 * NaN in its derivative)
-    r = _where(big, (t + 1.0) * (1.0 - _LN2_LO), 0.5 * (ts + ts / (ts + 1.0)))
-    return _where(a < 1e-8, x, _where(x < 0.0, -r, r))
-
-
-@custom_jvp
-def _cosh_values(x):
-    """0.5 (t + 1) + 0.5 / (t + 1) with t = expm1(|x|) below 22, e^|x| / 2 above (finite up to
-    |x| = 710.47, as numpy's); shares sinh's expm1."""
-    _, big, t = _expm1_parts(x)
-    u = t + 1.0
-    return _where(big, u * (1.0 - _LN2_LO), 0.5 * u + 0.5 / u)
-
-
-@_cosh_values.defjvp
-def _cosh_jvp(primals, tangents):
-    # d cosh = sinh dx, from sinh's own formula: differentiating the sum above would cancel
-    # near 0, where sinh(x) ~ x is tiny
-    (x,), (t,) = primals, tangents
-    return _cosh_values(x), _sinh(x) * t
-
-
-def _cosh(x):
-    return _cosh_values(_t(x))
-
-
-def _tan(x):
-    x = _t(x)
-    return np.sin(x) / np.cos(x)
-
-
-def _arcsinh(x):
-    x = _t(x)
-    a = abs(x)
-    # log1p(a + a^2 / (1 + sqrt(1 + a^2))) = log(a + sqrt(a^2 + 1)), accurate for small a;
-    # for a > 1e150 a^2 overflows: log(2a) there
-    big = a > 1e150
-    safe = _where(big, 1.0, a)
-    r = np.log1p(safe + safe * safe / (1.0 + np.sqrt(1.0 + safe * safe)))
-    return np.sign(x) * _where(big, np.log(a) + _LN2, r)
-
-
-def _arcsin(x):
-    """asin(x) = atan2(x, sqrt((1 - x)(1 + x))): accurate up to |x| = 1 (the factored form keeps
-    1 - x^2 exact there); NaN beyond, as numpy."""
-    x = _t(x)
-    return _binary(Op.ARCTAN2, x, np.sqrt((1.0 - x) * (1.0 + x)))
-
-
-def _arccos(x):
-    x = _t(x)
-    return _binary(Op.ARCTAN2, np.sqrt((1.0 - x) * (1.0 + x)), x)
-
-
-@custom_jvp
-def _arccosh_values(x):
-    """FDLIBM's e_acosh.c split: log1p(t + sqrt(t (t + 2))) with t = x - 1 (exact) below 2^28
-    (no cancellation near 1), log(x) + ln 2 above (x^2 would overflow from 1.3e154); NaN
-    below 1, as numpy's."""
-    big = x > 2.0**28
-    t = np.maximum(np.minimum(x, 2.0**29) - 1.0, 0.0)  # each branch sees only its own range
-    xb = np.maximum(x, 2.0**27)
-    r = _where(big, np.log(xb) + _LN2, np.log1p(t + np.sqrt(t * (t + 2.0))))
-    return _where(x >= 1.0, r, np.nan)
-
-
-@_arccosh_values.defjvp
-def _arccosh_jvp(primals, tangents):
-    # 1 / sqrt(x^2 - 1) as 1 / (sqrt(x - 1) sqrt(x + 1)): no overflow, inf at 1
-    (x,), (t,) = primals, tangents
-    return _arccosh_values(x), t / (np.sqrt(x - 1.0) * np.sqrt(x + 1.0))
-
-
-def _arccosh(x):
-    return _arccosh_values(_t(x))
-
-
-@custom_jvp
-def _arctanh_values(x):
-    """FDLIBM's e_atanh.c on |x|: 0.5 log1p(2a + 2a^2 / (1 - a)) below 0.5, 0.5 log1p(2a / (1 -
-    a)) above (1 - a is exact there), the sign restored; x itself below 1e-9 (keeps -0.0)."""
-    a = abs(x)
-    d = 1.0 - a
-    u = _where(a < 0.5, 2.0 * a + 2.0 * a * a / d, 2.0 * a / d)
-    r = 0.5 * np.log1p(u)
-    return _where(a < 1e-9, x, _where(x < 0.0, -r, r))
-
-
-@_arctanh_values.defjvp
-def _arctanh_jvp(primals, tangents):
-    (x,), (t,) = primals, tangents  # 1 / (1 - x^2), factored: exact near |x| = 1, inf there
-    return _arctanh_values(x), t / ((1.0 - x) * (1.0 + x))
-
-
-def _arctanh(x):
-    return _arctanh_values(_t(x))
-
-
-@custom_jvp
-def _cbrt_values(x):
-    """|x|^(1/3) by pow, then one Newton step y - (y - a / y^2) / 3: pow's exponent 1/3 is
-    rounded, an error that grows with |log x| (57 ulp at 1e-300); the step brings it within 2
-    ulp. 0, inf and NaN pass through; the sign is restored (cbrt is odd)."""
-    a = abs(x)
-    ok = (a > 0.0) & (a < np.inf)
-    s = _where(ok, a, 1.0)
-    y = s ** (1.0 / 3.0)
-    y = y - (y - s / (y * y)) * (1.0 / 3.0)
-    r = _where(ok, y, a)
-    return _where(x < 0.0, -r, _where(x == 0.0, x, r))
-
-
-@_cbrt_values.defjvp
-def _cbrt_jvp(primals, tangents):
-    (x,), (t,) = primals, tangents
-    y = _cbrt_values(x)
-    return y, t / (3.0 * (y * y))  # inf at 0, 0 at +-inf, as the limits
-
-
-def _cbrt(x):
-    return _cbrt_values(_t(x))
-
-
-def _log2(x):
-    return np.log(_t(x)) * (1.0 / _LN2)
-
-
-def _log10(x):
-    return np.log(_t(x)) * (1.0 / _LN10)
+_LN2 = math.log(2.0)
 
 
 def _logaddexp(a, b):

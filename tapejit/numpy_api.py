@@ -5,8 +5,8 @@ Nothing here is a primitive: every function is written with the tracer's operati
 ops, reductions, basic indexing, reshapes, ``matmul`` and in-place writes, which are ``scatter``
 updates), so its derivative comes from the primitives' rules and it is optimised and fused like
 hand-written code. Where numpy has a numerically careful formulation the composition follows it
-(``logaddexp`` shifts by the maximum; ``sinh`` uses ``expm1`` near zero; ``expit`` never
-exponentiates a positive number); each function's docstring or comment says what it computes.
+(``logaddexp`` shifts by the maximum; ``expit`` never exponentiates a positive number); each
+function's docstring or comment says what it computes.
 
 Integer-array and boolean-mask indexing (``x[idx]``, ``x[mask]``, ``np.take``) gathers one
 basic-index read per selected element into a new array, so its adjoint is one scatter-add of
@@ -38,16 +38,9 @@ def _primitive(op: ops.OpDef) -> Callable[..., Tracer]:
 
 from .np_common import _c_order, _float_dtype, _like, _no_out, _t
 from .np_math import (
-    _arccos,
-    _cbrt,
-    _arccosh,
-    _arcsin,
-    _arcsinh,
-    _arctanh,
     _beta,
     _betaln,
     _clip,
-    _cosh,
     _cross,
     _dot,
     _einsum,
@@ -62,8 +55,6 @@ from .np_math import (
     _hypot,
     _inner,
     _kron,
-    _log2,
-    _log10,
     _log_expit,
     _logaddexp,
     _logaddexp2,
@@ -77,8 +68,6 @@ from .np_math import (
     _round,
     _select,
     _sinc,
-    _sinh,
-    _tan,
     _tensordot,
     _where_fn,
     _xlog1py,
@@ -161,16 +150,6 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "reciprocal": lambda x: _binary(Op.DIV, 1.0, x),
     "logaddexp": _logaddexp,
     "logaddexp2": _logaddexp2,
-    "sinh": _sinh,
-    "cosh": _cosh,
-    "tan": _tan,
-    "arcsinh": _arcsinh,
-    "arcsin": _arcsin,
-    "arccos": _arccos,
-    "arccosh": _arccosh,
-    "arctanh": _arctanh,
-    "log2": _log2,
-    "log10": _log10,
     "hypot": _hypot,
     "deg2rad": lambda x: _t(x) * (math.pi / 180.0),
     "radians": lambda x: _t(x) * (math.pi / 180.0),
@@ -186,7 +165,6 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "isfinite": lambda x: abs(_t(x)) < np.inf,
     "signbit": lambda x: _t(x) < 0.0,
     "conjugate": lambda x: _t(x),  # real values are their own conjugate
-    "cbrt": _cbrt,
     # scipy.special's ufuncs (when scipy is installed; not a dependency)
     "expit": _expit,
     "log_expit": _log_expit,

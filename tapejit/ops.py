@@ -59,10 +59,21 @@ class Op(enum.StrEnum):
     LOG1P = "log1p"
     EXPM1 = "expm1"
     EXP2 = "exp2"
+    LOG2 = "log2"
+    LOG10 = "log10"
+    ARCSINH = "arcsinh"
+    ARCCOSH = "arccosh"
+    ARCTANH = "arctanh"
+    SINH = "sinh"
+    COSH = "cosh"
+    CBRT = "cbrt"
     SQRT = "sqrt"
     SIN = "sin"
     COS = "cos"
     TANH = "tanh"
+    TAN = "tan"
+    ARCSIN = "arcsin"
+    ARCCOS = "arccos"
     ARCTAN = "arctan"
     ERF = "erf"
     ERFC = "erfc"
@@ -669,6 +680,37 @@ def _one_minus_sq(y):
     return sub(const(1.0), mul(y, y))
 
 
+def _one_plus_sq(y):
+    return add(const(1.0), mul(y, y))
+
+
+def _sqrt_one_minus_sq(x):
+    """sqrt((1 - x)(1 + x)): 1 - x^2 without cancellation near |x| = 1."""
+    return elementwise(Op.SQRT, mul(sub(const(1.0), x), add(const(1.0), x)))
+
+
+#: the log family's switch to log(2|x|) (codegen/mathlib_log.py, BIG)
+_LOG_BIG = 2.0**28
+
+
+def _asinh_den(x):
+    """sqrt(1 + x^2), |x| above 2^28 (arcsinh' = 1 / this)."""
+    a = elementwise(Op.ABS, x)
+    big = elementwise(Op.GT, a, const(_LOG_BIG))
+    return where(big, a, elementwise(Op.SQRT, add(const(1.0), mul(x, x))))
+
+
+def _acosh_den(x):
+    """sqrt((x - 1)(|x| + 1)) (0 at 1, NaN below), x above 2^28 (arccosh' = 1 / this)."""
+    w = mul(sub(x, const(1.0)), add(elementwise(Op.ABS, x), const(1.0)))
+    return where(elementwise(Op.GT, x, const(_LOG_BIG)), x, elementwise(Op.SQRT, w))
+
+
+def _atanh_den(x):
+    """(1 - x)(1 + x) (arctanh' = 1 / this)."""
+    return mul(sub(const(1.0), x), add(const(1.0), x))
+
+
 def _max_vjp(g, out, x, y, pick):
     """Cotangents of maximum/minimum: to the selected side; ties split evenly (as JAX)."""
     half = mul(g, const(0.5))
@@ -1250,6 +1292,7 @@ def _loop_jvp(t, out, *args):
 _E = _ew_ref
 _MATH_COST = 20  # a polynomial exp/log/sin...: ~15-25 vector adds per element
 _LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
 
 # -- elementwise unary (float -> float)
 defop(Op.NEG, "unary", 1, _arith, _E(np.negative), lambda g, out, x: (neg(g),),
@@ -1264,6 +1307,33 @@ defop(Op.EXPM1, "unary", 1, _arith, _E(np.expm1), lambda g, out, x: (mul(g, add(
       numpy=("expm1",), cost=_MATH_COST, jvp=lambda t, out, x: mul(t[0], add(out, const(1.0))))
 defop(Op.EXP2, "unary", 1, _arith, _E(np.exp2), lambda g, out, x: (mul(g, mul(out, const(_LN2))),),
       numpy=("exp2",), cost=_MATH_COST, jvp=lambda t, out, x: mul(t[0], mul(out, const(_LN2))))
+# the log family (codegen/mathlib_log.py). Each derivative's divisor is formed exactly as the IR
+# body forms its own reciprocal, so in a gradient the sqrt and the division are computed once:
+# arcsinh' = 1/sqrt(1 + x^2) (1/|x| above 2^28, where x^2 may overflow); arccosh' =
+# 1/sqrt((x - 1)(|x| + 1)) (inf at 1, NaN below, 1/x above 2^28); arctanh' = 1/((1 - x)(1 + x))
+# (factored: exact near +-1, inf there, negative beyond)
+defop(Op.LOG2, "unary", 1, _arith, _E(np.log2), lambda g, out, x: (div(g, mul(x, const(_LN2))),),
+      numpy=("log2",), cost=_MATH_COST, jvp=lambda t, out, x: div(t[0], mul(x, const(_LN2))))
+defop(Op.LOG10, "unary", 1, _arith, _E(np.log10),
+      lambda g, out, x: (div(g, mul(x, const(_LN10))),), numpy=("log10",), cost=_MATH_COST,
+      jvp=lambda t, out, x: div(t[0], mul(x, const(_LN10))))
+defop(Op.ARCSINH, "unary", 1, _arith, _E(np.arcsinh), lambda g, out, x: (div(g, _asinh_den(x)),),
+      numpy=("arcsinh",), cost=_MATH_COST, jvp=lambda t, out, x: div(t[0], _asinh_den(x)))
+defop(Op.ARCCOSH, "unary", 1, _arith, _E(np.arccosh), lambda g, out, x: (div(g, _acosh_den(x)),),
+      numpy=("arccosh",), cost=_MATH_COST, jvp=lambda t, out, x: div(t[0], _acosh_den(x)))
+defop(Op.ARCTANH, "unary", 1, _arith, _E(np.arctanh), lambda g, out, x: (div(g, _atanh_den(x)),),
+      numpy=("arctanh",), cost=_MATH_COST, jvp=lambda t, out, x: div(t[0], _atanh_den(x)))
+# sinh' = cosh, cosh' = sinh: both IR bodies share one core (codegen/mathlib_hyp.py), computed
+# once per element after inlining; cbrt' = (1/3)/cbrt^2: inf at 0, 0 at +-inf (the limits)
+defop(Op.SINH, "unary", 1, _arith, _E(np.sinh),
+      lambda g, out, x: (mul(g, elementwise(Op.COSH, x)),), numpy=("sinh",), cost=_MATH_COST,
+      jvp=lambda t, out, x: mul(t[0], elementwise(Op.COSH, x)))
+defop(Op.COSH, "unary", 1, _arith, _E(np.cosh),
+      lambda g, out, x: (mul(g, elementwise(Op.SINH, x)),), numpy=("cosh",), cost=_MATH_COST,
+      jvp=lambda t, out, x: mul(t[0], elementwise(Op.SINH, x)))
+defop(Op.CBRT, "unary", 1, _arith, _E(np.cbrt),
+      lambda g, out, x: (div(mul(g, const(1 / 3)), mul(out, out)),), numpy=("cbrt",),
+      cost=_MATH_COST, jvp=lambda t, out, x: div(mul(t[0], const(1 / 3)), mul(out, out)))
 defop(Op.SQRT, "unary", 1, _arith, _E(np.sqrt), lambda g, out, x: (div(mul(g, const(0.5)), out),),
       numpy=("sqrt",), cost=4, jvp=lambda t, out, x: div(mul(t[0], const(0.5)), out))
 defop(Op.SIN, "unary", 1, _arith, _E(np.sin), lambda g, out, x: (mul(g, elementwise(Op.COS, x)),),
@@ -1273,6 +1343,16 @@ defop(Op.COS, "unary", 1, _arith, _E(np.cos),
       jvp=lambda t, out, x: neg(mul(t[0], elementwise(Op.SIN, x))))
 defop(Op.TANH, "unary", 1, _arith, _E(np.tanh), lambda g, out, x: (mul(g, _one_minus_sq(out)),),
       numpy=("tanh",), cost=_MATH_COST, jvp=lambda t, out, x: mul(t[0], _one_minus_sq(out)))
+# tan' = 1 + tan^2; arcsin' = -arccos' = 1/sqrt((1 - x)(1 + x)) (factored: exact near +-1,
+# inf at +-1, NaN outside [-1, 1])
+defop(Op.TAN, "unary", 1, _arith, _E(np.tan), lambda g, out, x: (mul(g, _one_plus_sq(out)),),
+      numpy=("tan",), cost=_MATH_COST, jvp=lambda t, out, x: mul(t[0], _one_plus_sq(out)))
+defop(Op.ARCSIN, "unary", 1, _arith, _E(np.arcsin),
+      lambda g, out, x: (div(g, _sqrt_one_minus_sq(x)),), numpy=("arcsin",), cost=_MATH_COST,
+      jvp=lambda t, out, x: div(t[0], _sqrt_one_minus_sq(x)))
+defop(Op.ARCCOS, "unary", 1, _arith, _E(np.arccos),
+      lambda g, out, x: (neg(div(g, _sqrt_one_minus_sq(x))),), numpy=("arccos",), cost=_MATH_COST,
+      jvp=lambda t, out, x: neg(div(t[0], _sqrt_one_minus_sq(x))))
 defop(Op.ARCTAN, "unary", 1, _arith, _E(np.arctan),
       lambda g, out, x: (div(g, add(const(1.0), mul(x, x))),), numpy=("arctan",), cost=_MATH_COST,
       jvp=lambda t, out, x: div(t[0], add(const(1.0), mul(x, x))))

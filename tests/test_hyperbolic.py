@@ -1,6 +1,6 @@
-"""sinh and cosh (compositions in tapejit/np_math.py): within 2 ulp of mpmath over the whole
+"""sinh and cosh (primitives, codegen/mathlib_hyp.py): within 2 ulp of mpmath over the whole
 range — up to |x| = 710.47, where e^|x| overflows but numpy's result is finite — with their
-derivatives (cosh's from sinh's formula, so it does not cancel near 0), the sign of zero kept."""
+derivatives (each the other primitive, so cosh' does not cancel near 0), the sign of zero kept."""
 
 import mpmath
 import numpy as np
@@ -81,6 +81,9 @@ def test_composed_functions_at_the_edges_of_their_domains(name, f):
         ("arccosh", np.arccosh, [1.0, 2.0**28, 2.0, 1e200],
          [np.inf, 2.0**-28, 1 / np.sqrt(3.0), 1e-200]),
         ("arctanh", np.arctanh, [1.0, -1.0, 0.5, 0.0], [np.inf, np.inf, 4 / 3, 1.0]),
+        ("arcsin", np.arcsin, [1.0, -1.0, 0.6, -0.0], [np.inf, np.inf, 1.25, 1.0]),
+        ("arccos", np.arccos, [1.0, -1.0, 0.6, 0.0], [-np.inf, -np.inf, -1.25, -1.0]),
+        ("tan", np.tan, [0.0, -np.pi / 4, 1e-300, 3.0], [1.0, 2.0, 1.0, 1 / np.cos(3.0) ** 2]),
     ],
 )  # fmt: skip
 def test_derivatives_at_the_edges_are_the_limits(name, f, x, want):

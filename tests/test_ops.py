@@ -32,7 +32,13 @@ def _domain(op: str) -> list[tuple[float, float]] | tuple[float, float]:
     branch of trunc(x / y): x / y in (2.2, 2.6)); a list gives one range per argument."""
     if op == "fmod":
         return [(2.55, 2.65), (1.05, 1.15)]
-    positive = ("log", "sqrt", "pow", "log1p", "div", "gammaln", "digamma")  # poles at 0, -1, ...
+    if op in ("arcsin", "arccos"):  # defined on [-1, 1]
+        return (-0.9, 0.9)
+    if op == "arctanh":  # defined on (-1, 1)
+        return (-0.9, 0.9)
+    if op == "arccosh":  # defined on [1, inf)
+        return (1.5, 3.0)
+    positive = ("log", "sqrt", "pow", "log1p", "div", "gammaln", "digamma", "log2", "log10")
     return (0.5, 1.5) if op in positive else (-1.5, 1.5)
 
 
