@@ -202,7 +202,7 @@ def _build_reduction(run: _Run, chain: list[Node]) -> Node | None:
     carry_ref = chain[tpl.s - 1]
     if carry_ref.type != Type(()) or carry_ref.dtype != "f64":
         return None
-    T = run.hi - run.lo + 1
+    T = run.trips
     kinds = tpl.kind
     dep: dict[int, bool] = {}
 
@@ -282,7 +282,7 @@ def _build_loop(
 
     tpl = run.tpl
     R0 = chain[tpl.s]
-    T = run.hi - run.lo + 1
+    T = run.trips
     prefix = f"r{number}"
     map_mode = tpl.root_varies
     carry_ref = chain[tpl.s - 1]
@@ -426,6 +426,40 @@ def _replace_all(g: Graph, mapping: dict[int, Node]) -> Graph:
     outs = tuple(memo[id(o)] for o in g.outputs)
     guards = tuple((memo[id(c)], e, w) for c, e, w in g.guards)
     return g.replace(outputs=outs, guards=guards)
+
+
+def extend(chain: list[Node], chain_ids: set[int], extra: int, number: str, diff) -> Node:
+    """The carry after ``chain``'s iterations and ``extra`` more of the same: the loop node (or
+    sum) of a loop captured while tracing (:mod:`tapejit.loop_capture`), of which only the
+    iterations computing ``chain[1:]`` were traced. ``chain[k]`` is the carry after traced
+    iteration ``k``; ``chain_ids``, the nodes of every carry's chain (a carry that reads
+    another is not a loop of its own); ``diff(node)``, whether a node is differentiated.
+
+    The caller vouches that every iteration traces the same (the loop's source says so):
+    this checks that the traced ones match one template from some iteration to the last,
+    with no integer constant varying and no written position, and that every element read
+    stays in bounds over all ``extra`` iterations. Raises ``_Fail`` otherwise."""
+    runs = _find_runs(chain, chain_ids, set(), None, min_run=3)
+    if not runs or runs[-1].hi != len(chain) - 1:
+        raise _Fail
+    run = runs[-1]
+    tpl = run.tpl
+    if tpl.root_varies or any(tpl.kind[id(r)] in ("iconst", "rmw") for r in tpl.leaves):
+        raise _Fail
+    run.extra = extra
+    last = run.trips - 1
+    for r in tpl.leaves:
+        if tpl.kind[id(r)] != "xs":
+            continue
+        first = run.first[id(r)]
+        pattern, ints = _split_items(first.attrs)
+        axes = [p for p, it in enumerate(pattern) if it is None]
+        shape = first.args[0].type.shape
+        for ax, a, b in zip(axes, ints, run.steps[id(r)]):
+            if not 0 <= a + b * last < shape[ax]:
+                raise _Fail  # the index leaves the array (or wraps around, negative)
+    node, _ = _build_loop(run, chain, number, diff)
+    return node
 
 
 # ----------------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ MIN_RUN = 16
 MIN_SHORT_RUN = 4
 #: Nodes one iteration may have (beyond that it is not an element loop; the walks recurse).
 MAX_BODY = 250
+#: How deep :class:`_Skeletons` compares iterations before walking them.
+SKELETON_DEPTH = 4
 #: The most chain nodes one iteration may span (``e = e + a + b`` spans two).
 MAX_PERIOD = 6
 #: Ops whose chains carry an array through indexed writes (map mode possible).
@@ -464,6 +466,12 @@ class _Run:
     steps: dict  # reference id -> per-iteration increments of the leaf's ints
     root_first_items: tuple = ()  # the written position of iteration lo (map mode)
     root_step: tuple = ()
+    extra: int = 0  # iterations after hi not in the chain (a captured loop's, not traced)
+
+    @property
+    def trips(self) -> int:
+        """The loop's trip count."""
+        return self.hi - self.lo + 1 + self.extra
 
 
 def _template_signature(tpl: _Template, root: Node) -> tuple:
@@ -499,9 +507,10 @@ def _template_signature(tpl: _Template, root: Node) -> tuple:
 
 
 def _find_runs(
-    chain: list[Node], chain_ids: set[int], guarded: set[int], known: set | None = None
+    chain: list[Node], chain_ids: set[int], guarded: set[int], known: set | None = None,
+    min_run: int = MIN_RUN,
 ) -> list[_Run]:
-    """Runs of at least ``MIN_RUN`` consecutive iterations of ``chain`` that match one
+    """Runs of at least ``min_run`` (``MIN_RUN``) consecutive iterations of ``chain`` that match one
     template with affine indices, in order, not overlapping; with ``known`` (a set of
     template signatures, updated with those of the runs found), also runs of at least
     ``MIN_SHORT_RUN`` whose template has a known signature."""
@@ -511,7 +520,11 @@ def _find_runs(
     pending: list[tuple[_Run, tuple]] = []  # short runs of a body not (yet) known
     floor = 0  # iterations before this belong to an earlier run
     s = 1
+    skeleton = _Skeletons(chain_ids | {id(n) for n in chain})
     while s + 2 < len(chain):
+        if not skeleton.alike(chain[s], chain[s + 1], chain[s + 2]):
+            s += 1  # cannot match: no walk (a failing walk backtracks over operand orders)
+            continue
         tpl = _Template(s)
         try:
             st = m.walk(tpl, (s + 1, s + 2), True)
@@ -546,7 +559,7 @@ def _find_runs(
                 break
             lo, lo_st = lo - 1, st
         count = hi - lo + 1
-        short = count < MIN_RUN
+        short = count < min_run
         if short and (known is None or count < MIN_SHORT_RUN):
             s = max(s + 1, hi - 1)
             continue
@@ -575,6 +588,41 @@ def _find_runs(
             taken.append((run.lo, run.hi))
     runs.sort(key=lambda r: r.lo)
     return runs
+
+
+class _Skeletons:
+    """A node's *skeleton*: its op and type and, to :data:`SKELETON_DEPTH` levels, the
+    skeletons of its operands (as a multiset: commutative operands come in either order),
+    chain nodes (carries) as leaves. Iterations that match one template have equal skeletons:
+    what the walk pairs node for node has equal ops and types, and its leaves are equal to
+    that depth (the same node, reads of the same array at other positions, constants, the
+    carry). Iterations of another length (a loop per row of a triangle) differ, and are not
+    walked at all (a failing walk backtracks over the orders of commutative operands)."""
+
+    def __init__(self, chain_ids: set[int]):
+        self.memo: dict[tuple[int, int], int] = {}
+        self.chain_ids = chain_ids
+
+    def of(self, n: Node, depth: int) -> int:
+        key = (id(n), depth)
+        h = self.memo.get(key)
+        if h is None:
+            if depth == 0 or not n.args or id(n) in self.chain_ids:
+                h = hash((n.op, n.type))
+            else:
+                kids = sorted(self.of(a, depth - 1) for a in n.args)
+                h = hash((n.op, n.type, *kids))
+            self.memo[key] = h
+        return h
+
+    def alike(self, *roots: Node) -> bool:
+        """Whether the iterations rooted at ``roots`` (chain nodes) may match."""
+        def root(n: Node) -> int:
+            kids = sorted(self.of(a, SKELETON_DEPTH - 1) for a in n.args)
+            return hash((n.op, n.type, *kids))
+
+        first = root(roots[0])
+        return all(root(n) == first for n in roots[1:])
 
 
 def _facts(tpl: _Template, st: dict | None, root: Node) -> dict:
