@@ -275,6 +275,8 @@ class Graph:
     #: Guards recorded by tracing: ``(condition, expected, source)`` — a bool scalar node, the
     #: outcome the trace took, and the user's file:line. Generated code checks each one.
     guards: tuple[tuple["Node", bool, str], ...] = ()
+    #: (loops, iterations) of Python loops that tracing captured (``tapejit.loop_capture``)
+    captured: tuple[int, int] = field(default=(0, 0), compare=False)
 
     def __post_init__(self):
         if len(self.inputs) != len(self.kinds):
@@ -302,6 +304,7 @@ class Graph:
             bindings=self.bindings,
             output_names=self.output_names,
             guards=self.guards,
+            captured=self.captured,
         )
         d.update(changes)
         g = Graph(**d)

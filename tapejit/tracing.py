@@ -209,6 +209,8 @@ class _Trace:
         self.conversion_error: TracingError | None = None
         #: whether while_loops record a max_steps check (see max_steps_check)
         self.check_max_steps = True
+        #: [loops, iterations] of Python loops captured while tracing (see loop_capture)
+        self.captured = [0, 0]
 
     def add_input(self, t: Type, kind: str, name: str, binding=None) -> Node:
         base, k = name, 1
@@ -1336,7 +1338,7 @@ def trace(
     try:
         try:
             with array_api.scipy_array_api():  # scipy's functions trace through the namespace
-                result = f(*tracers)
+                result = loop_capture.prepare(f)(*tracers)
         except Exception as e:
             if st.conversion_error is not None and e is not st.conversion_error:
                 raise st.conversion_error from e
@@ -1378,6 +1380,7 @@ def trace(
             st.bindings,
             names,
             guards=tuple(st.guards),
+            captured=tuple(st.captured),
         )
     )
 
@@ -1431,3 +1434,4 @@ def call_graph(g: Graph, *args: Any, guards: bool = True) -> list[Tracer]:
 # The numpy surface (ufuncs and functions) is defined on top of the tracer, in its own module.
 from . import numpy_api  # noqa: E402
 from . import array_api  # noqa: E402  (the array API namespace and scipy's mode)
+from . import loop_capture  # noqa: E402  (Python loops captured while tracing)

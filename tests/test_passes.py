@@ -590,10 +590,13 @@ def test_long_straight_line_code_is_split_into_bounded_functions(monkeypatch):
     """No function grows with the model: 3x the elements, 3x the chunk functions, and every
     function within a bound set by CHUNK_NODES (a straight-line node is at most a few
     instructions; in one function the model at 180 elements would be ~14,000 lines). The
-    element loop is kept unrolled here (re-rolling would turn it into one loop)."""
+    element loop is kept unrolled here (re-rolling, or capturing it while tracing, would
+    turn it into one loop)."""
+    from tapejit import loop_source
     from tapejit.passes import reroll
 
     monkeypatch.setattr(reroll, "ENABLED", False)
+    monkeypatch.setattr(loop_source, "ENABLED", False)
     largest, chunks = {}, {}
     for n in (60, 180):
         f = element_loop.make_model(n)
@@ -683,7 +686,9 @@ def test_chunk_boundaries_everywhere(monkeypatch, k):
     must not change. (Within rounding, not bit for bit: a reduction's ``reassoc`` lets LLVM
     order its sum differently when the code around it differs.)"""
     import tapejit.codegen.lower
+    from tapejit import loop_source
 
+    monkeypatch.setattr(loop_source, "ENABLED", False)  # the element loop as straight-line code
     f, x = _tiny_chunk_models()[k]
     plain = tj.compile(f, x, cache=False)
     monkeypatch.setattr(tapejit.codegen.lower, "CHUNK_NODES", 3)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, tracing
+from tapejit import autodiff, interpret, loop_source, tracing
 from tapejit.ops import Op
 from tapejit.passes import reroll as rr
 
@@ -18,9 +18,11 @@ RNG = np.random.default_rng(5)
 
 @pytest.fixture(autouse=True, params=[True, False], ids=["sums", "loops"])
 def reduce(request, monkeypatch):
-    """Every test with the pass on in tj.compile (off by default for now), and with sums as
-    reductions (the default) and as sequential loops (exact)."""
+    """Every test with the pass on in tj.compile, and with sums as reductions (the default)
+    and as sequential loops (exact); loops traced unrolled (not captured while tracing,
+    tests/test_loop_capture.py): this pass is what is tested."""
     monkeypatch.setattr(rr, "ENABLED", True)
+    monkeypatch.setattr(loop_source, "ENABLED", False)
     monkeypatch.setattr(rr, "REDUCE", request.param)
     return request.param
 

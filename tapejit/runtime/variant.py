@@ -416,7 +416,12 @@ def compile_variant(
             progress,
             mode != "grad",
         )
-        v.stats["reroll"] = {"iterations": rerolled["iterations"], "loops": rerolled["loops"]}
+        loops, iterations = trace.captured
+        v.stats["reroll"] = {
+            "iterations": rerolled["iterations"] + iterations,
+            "loops": rerolled["loops"] + loops,
+            "captured": {"iterations": iterations, "loops": loops},
+        }
         v.stats["columns"] = {"reductions": trace_stats["columns"]["reductions"]}
     log.info(
         "compiled %s in %.3f s (%d trace nodes, on-disk cache %s)",

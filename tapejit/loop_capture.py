@@ -1,0 +1,146 @@
+"""Capturing a Python loop while tracing it: a few iterations traced, the rest built.
+
+Tracing a scalarised model runs its Python loops, one copy of the body per iteration, and
+:mod:`tapejit.passes.reroll` rebuilds the copies as loops afterwards. For a loop whose
+iterations provably trace the same (:mod:`tapejit.loop_source` reads that from the source and
+rewrites the loop into a call of :func:`run_loop`), tracing every iteration is wasted: this
+module traces :data:`TRACED` of them and builds the loop those iterations are the start of
+(:func:`tapejit.passes.reroll.extend`, the re-rolling pass's own construction), so tracing
+and the passes after it no longer grow with the trip count.
+
+What makes the shortcut exact, beyond the source's guarantee (every iteration runs the same
+straight-line code, the loop variable only in affine element reads of arrays the loop does
+not assign): while capturing, each of those element reads must produce an element read of
+the same traced array (not a constant, not a value numpy computed); the traced iterations may
+record no guard and no conversion error; each carry must be a traced float scalar after every
+iteration; the traced iterations must match one template up to the last, with no varying
+constant; and every element read must stay in bounds over the whole range. When anything
+fails the loop simply goes on running, iteration by iteration, as Python would: the trace is
+then exactly the unrolled one, and the re-rolling pass sees it as before.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from . import tracing
+from .ops import Op
+from .passes import reroll
+from .passes.reroll_match import _Fail
+
+#: Iterations of a captured loop that are traced (the first may differ: a carry that starts
+#: as ``0.0`` folds away; the template needs three).
+TRACED = 6
+#: Loops of fewer iterations than this run as written (:data:`reroll.MIN_RUN`'s reason: a
+#: loop costs a call; the re-rolling pass still sees them).
+MIN_TRIPS = 8
+
+
+class _Reading(threading.local):
+    """The capture in progress on this thread: whether every element read so far was one."""
+
+    def __init__(self):
+        self.capturing = False
+        self.ok = True
+
+
+_reading = _Reading()
+
+
+def read(base, key):
+    """``base[key]``: an element read of the loop variable in a captured body. While
+    capturing, it must be an ``index`` node of ``base``'s own node at integer positions."""
+    out = base[key]
+    r = _reading
+    if r.capturing and r.ok:
+        node = getattr(out, "node", None)
+        items = key if isinstance(key, tuple) else (key,)
+        if not (
+            isinstance(base, tracing.Tracer)
+            and isinstance(out, tracing.Tracer)
+            and node.op == Op.INDEX
+            and node.args[0] is base.node
+            and all(type(k) is int or k is ALL for k in items)
+        ):
+            r.ok = False
+    return out
+
+
+ALL = slice(None)
+
+
+def _run(it, body: Callable, carries: tuple) -> tuple:
+    for v in it:
+        carries = body(v, *carries)
+    return carries
+
+
+def _capturable(it, carries: tuple, bases: tuple) -> bool:
+    items = tracing._current.items
+    if len(items) != 1 or items[0].dynamic or type(it) is not range or len(it) < MIN_TRIPS:
+        return False
+    if not carries:
+        return False
+    return all(isinstance(b, tracing.Tracer) and b.level == 1 for b in bases)
+
+
+def run_loop(it, body: Callable, carries: tuple, bases: tuple) -> tuple:
+    """The loop ``for v in it: carries = body(v, *carries)`` (see :mod:`tapejit.loop_source`),
+    captured when it can be (see the module docstring): the carries after it, as tracers."""
+    if not _capturable(it, carries, bases):
+        return _run(it, body, carries)
+    st = tracing._current.items[0]
+    guards, conversion = len(st.guards), st.conversion_error
+    history = [carries]
+    _reading.capturing, _reading.ok = True, True
+    try:
+        for k in range(TRACED):
+            carries = body(it[k], *carries)
+            history.append(carries)
+    finally:
+        _reading.capturing = False
+    rest = it[TRACED:]
+    ok = _reading.ok and len(st.guards) == guards and st.conversion_error is conversion
+    if ok:
+        built = _build(history, len(rest), st)
+        if built is not None:
+            st.captured[0] += len(built)
+            st.captured[1] += len(it)
+            return built
+    return _run(rest, body, carries)
+
+
+def _build(history: list[tuple], extra: int, st) -> tuple | None:
+    """The carries after the traced iterations in ``history`` and ``extra`` more, or None."""
+    chains = []
+    for c in range(len(history[0])):
+        chain = []
+        for h in history[1:]:
+            t = h[c]
+            if not isinstance(t, tracing.Tracer) or t.level != 1:
+                return None
+            if t.node.type.shape != () or t.node.dtype != "f64":
+                return None
+            chain.append(t.node)
+        chains.append(chain)
+    ids = {id(n) for chain in chains for n in chain}
+    out = []
+    for chain in chains:
+        number = f"c{st.captured[0] + len(out)}"
+        try:
+            node = reroll.extend(chain, ids, extra, number, st.differentiable)
+        except _Fail:
+            return None
+        out.append(tracing.Tracer(node, tracing._UNSET, 1))
+    return tuple(out)
+
+
+def prepare(f: Callable) -> Callable:
+    """``f`` with its capturable loops rewritten to call :func:`run_loop` (or ``f``)."""
+    from . import loop_source
+
+    return loop_source.rewrite(f, {"_tj_for": run_loop, "_tj_read": read, "_tj_all": ALL})
+
+
+__all__ = ["MIN_TRIPS", "TRACED", "prepare", "read", "run_loop"]

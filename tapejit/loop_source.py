@@ -1,0 +1,486 @@
+"""Which Python ``for`` loops of a traced function may be captured, and the function rewritten
+to hand them to :mod:`tapejit.loop_capture`.
+
+Tracing runs a Python loop: ``n`` iterations leave ``n`` copies of the body in the trace, and
+tracing them is most of the compile time of a scalarised model (the Lennard-Jones pair loop at
+N = 256 is 32,640 iterations). :mod:`tapejit.passes.reroll` rebuilds such copies as loops
+afterwards, so the result is right either way; what costs is tracing them. This module finds
+the loops whose iterations can be *proved* to trace the same, so that tracing a few of them is
+enough (:mod:`tapejit.loop_capture` builds the rest), by reading the function's source.
+
+**Capturable loops.** An innermost ``for NAME in ITER:`` (no ``else``) whose body is
+straight-line code: only
+
+* assignments ``v = expr`` and ``v op= expr`` to plain names (and ``pass``);
+* expressions of names, number literals, arithmetic operators (``+ - * / // % **``, unary
+  ``- +``), the functions of :data:`CALLS` called as ``np.f(...)`` / ``numpy.f(...)`` (numpy
+  imported under that name at module level) with keyword arguments that are literals, and
+  the built-in ``abs``;
+* subscripts. The loop variable may appear only in subscripts of a name the loop does not
+  assign (an array read by the loop), as an index that is affine in it — ``x[j]``,
+  ``x[j + 1, 0]``, ``x[n - 1 - j, :]``, ``x[2 * j + k]`` with ``n``, ``k`` not assigned by the
+  loop — and nowhere else (not as a number, not in a slice bound, not in a nested range).
+  Subscripts without the loop variable take indices the loop does not assign.
+
+so each iteration runs the same Python code on the same kinds of values: nothing in it can
+branch, call user code, or see the loop variable except through an element read. Names the
+body reads before it assigns them are the loop's *carries*; the other names it assigns
+(temporaries) and the loop variable must not be used anywhere else in the function (their
+values after the loop would be those of the last iteration). ``global``/``nonlocal`` anywhere
+in the function, a source that cannot be read, and a loop that is not of this form: the
+function (or the loop) is traced as written.
+
+**The rewrite** turns such a loop into ::
+
+    def _tj_body_0(j, e):          # the body, unchanged but for the element reads
+        d = _tj_read(x, (j + 1,)) - _tj_read(x, (j,))
+        e = e + d * d
+        return (e,)
+    (e,) = _tj_for(range(n - 1), _tj_body_0, (e,), (x,))
+
+at the loop's own line numbers (errors and tracebacks point at the user's lines), compiled
+once per code object (:func:`rewrite`). ``_tj_for`` runs the body for every iteration exactly
+as the loop would, unless it can capture the loop (:mod:`tapejit.loop_capture`).
+"""
+
+from __future__ import annotations
+
+import __future__
+import ast
+import builtins
+import functools
+import inspect
+import linecache
+import os
+import symtable
+import textwrap
+import types
+from typing import Callable
+
+import numpy as np
+
+#: Whether tracing rewrites capturable loops (``TAPEJIT_CAPTURE=0`` in the environment: off).
+ENABLED = os.environ.get("TAPEJIT_CAPTURE", "1") not in ("", "0")
+
+#: numpy functions a captured body may call: elementwise functions and reductions of the
+#: arrays it reads, whose traced result depends only on the types of their arguments.
+CALLS = frozenset(
+    """abs absolute add arccos arccosh arcsin arcsinh arctan arctan2 arctanh cbrt cos cosh
+    deg2rad divide dot exp exp2 expm1 fabs fmax fmin hypot log log10 log1p log2 logaddexp
+    logaddexp2 maximum mean minimum multiply negative power prod rad2deg reciprocal sin sinc
+    sinh sqrt square subtract sum tan tanh true_divide where clip sign""".split()
+)
+
+_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
+_HELPERS = ("_tj_for", "_tj_read", "_tj_all")
+_FUTURE_FLAGS = 0
+for _feature in __future__.all_feature_names:
+    _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
+
+
+class _NotCapturable(Exception):
+    pass
+
+
+def _names(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+class _Loop:
+    """What one capturable loop reads and writes."""
+
+    def __init__(self, node: ast.For, modules: set[str], f_locals: set[str]):
+        self.node = node
+        self.var = node.target.id
+        self.modules = modules  # names that are numpy at module level
+        self.f_locals = f_locals
+        self.assigned: list[str] = []
+        self.carries: list[str] = []
+        self.bases: list[str] = []
+        for st in node.body:
+            self._statement(st)
+        self.temps = [v for v in self.assigned if v not in self.carries]
+
+    def _statement(self, st: ast.stmt) -> None:
+        if isinstance(st, ast.Pass) or (
+            isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant)
+        ):
+            return
+        if isinstance(st, ast.Assign) and len(st.targets) == 1:
+            target, value, reads_target = st.targets[0], st.value, False
+        elif isinstance(st, ast.AugAssign) and isinstance(st.op, _OPS):
+            target, value, reads_target = st.target, st.value, True
+        else:
+            raise _NotCapturable
+        if not isinstance(target, ast.Name) or target.id == self.var:
+            raise _NotCapturable
+        self._expr(value)
+        for name in _names(value) | ({target.id} if reads_target else set()):
+            if name not in self.assigned and name not in self.carries:
+                if self._assigned_later(name):
+                    self.carries.append(name)  # read before the body assigns it: carried
+        if target.id not in self.assigned:
+            self.assigned.append(target.id)
+
+    def _assigned_later(self, name: str) -> bool:
+        return any(
+            isinstance(t, ast.Name) and t.id == name
+            for st in self.node.body
+            for t in ((st.targets[0],) if isinstance(st, ast.Assign) else
+                      (st.target,) if isinstance(st, ast.AugAssign) else ())
+        )  # fmt: skip
+
+    def _expr(self, e: ast.expr) -> None:
+        if isinstance(e, ast.Constant):
+            if type(e.value) not in (int, float):
+                raise _NotCapturable
+        elif isinstance(e, ast.Name):
+            if e.id == self.var:
+                raise _NotCapturable  # the loop variable as a number
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, _OPS):
+            self._expr(e.left)
+            self._expr(e.right)
+        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+            self._expr(e.operand)
+        elif isinstance(e, ast.Subscript):
+            self._subscript(e)
+        elif isinstance(e, ast.Call):
+            self._call(e)
+        else:
+            raise _NotCapturable
+
+    def _call(self, e: ast.Call) -> None:
+        f = e.func
+        if isinstance(f, ast.Name) and f.id == "abs" and "abs" in self.modules:
+            pass
+        elif not (
+            isinstance(f, ast.Attribute)
+            and isinstance(f.value, ast.Name)
+            and f.value.id in self.modules
+            and f.value.id not in ("abs", "len")
+            and f.attr in CALLS
+        ):
+            raise _NotCapturable
+        for a in e.args:
+            if isinstance(a, ast.Starred):
+                raise _NotCapturable
+            self._expr(a)
+        for k in e.keywords:
+            if k.arg is None or not isinstance(k.value, ast.Constant):
+                raise _NotCapturable
+
+    def _subscript(self, e: ast.Subscript) -> None:
+        if self.var not in _names(e.slice):
+            self._expr(e.value)
+            self._invariant_index(e.slice)
+            return
+        # an element read at an index affine in the loop variable, of an array the loop reads
+        if not isinstance(e.value, ast.Name) or e.value.id == self.var:
+            raise _NotCapturable
+        items = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+        for it in items:
+            if isinstance(it, ast.Slice):
+                if it.lower or it.upper or it.step:
+                    raise _NotCapturable  # only ':' beside the loop variable's index
+            elif self.var in _names(it):
+                self._affine(it)
+            else:
+                self._invariant(it)
+        if e.value.id not in self.bases:
+            self.bases.append(e.value.id)
+
+    def _affine(self, e: ast.expr) -> None:
+        """``e`` is ``var``, or ``a + b*var`` built with + - * and unary minus from it and
+        expressions without it (integers at run time, or the read is not an index)."""
+        if isinstance(e, ast.Name) and e.id == self.var:
+            return
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            return self._affine(e.operand)
+        if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub, ast.Mult)):
+            left, right = self.var in _names(e.left), self.var in _names(e.right)
+            if left and right:
+                raise _NotCapturable  # var * var, var + var * ...: keep it simple
+            if isinstance(e.op, ast.Mult) or left or right:
+                self._affine(e.left) if left else self._invariant(e.left)
+                self._affine(e.right) if right else self._invariant(e.right)
+                return
+        raise _NotCapturable
+
+    def _invariant(self, e: ast.expr) -> None:
+        """An expression that is the same in every iteration: number literals and names the
+        loop does not assign, combined by arithmetic, ``len(name)`` (the built-in) and
+        ``name.shape[k]``/``name.ndim``/``name.size``."""
+        if isinstance(e, ast.Name):
+            if e.id == self.var or e.id in self._all_assigned():
+                raise _NotCapturable
+        elif isinstance(e, ast.Constant):
+            if type(e.value) not in (int, float):
+                raise _NotCapturable
+        elif isinstance(e, ast.BinOp) and isinstance(e.op, _OPS):
+            self._invariant(e.left)
+            self._invariant(e.right)
+        elif isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
+            self._invariant(e.operand)
+        elif (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "len"
+              and "len" in self.modules and len(e.args) == 1 and not e.keywords):  # fmt: skip
+            self._invariant(e.args[0])
+        elif isinstance(e, ast.Attribute) and e.attr in ("ndim", "size", "shape"):
+            self._invariant(e.value)
+        elif (isinstance(e, ast.Subscript) and isinstance(e.value, ast.Attribute)
+              and e.value.attr == "shape" and isinstance(e.slice, ast.Constant)):  # fmt: skip
+            self._invariant(e.value.value)
+        else:
+            raise _NotCapturable
+
+    def _invariant_index(self, e: ast.expr) -> None:
+        items = e.elts if isinstance(e, ast.Tuple) else [e]
+        for it in items:
+            if isinstance(it, ast.Slice):
+                for part in (it.lower, it.upper, it.step):
+                    if part is not None:
+                        self._invariant(part)
+            else:
+                self._invariant(it)
+
+    def _all_assigned(self) -> list[str]:
+        out = []
+        for st in self.node.body:
+            t = st.targets[0] if isinstance(st, ast.Assign) else getattr(st, "target", None)
+            if isinstance(t, ast.Name):
+                out.append(t.id)
+        return out
+
+
+class _Rewriter(ast.NodeTransformer):
+    """Replaces each capturable innermost loop of the function by a body function and a call
+    of ``_tj_for``; records how many it replaced."""
+
+    def __init__(self, fn: ast.FunctionDef, modules: set[str], f_locals: set[str]):
+        self.fn = fn
+        self.modules = modules
+        self.f_locals = f_locals
+        self.count = 0
+
+    def visit_FunctionDef(self, node):  # nested functions are traced as they are
+        return node if node is not self.fn else self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def visit_For(self, node: ast.For):
+        self.generic_visit(node)
+        if node.orelse or not isinstance(node.target, ast.Name):
+            return node
+        if any(isinstance(n, (ast.For, ast.While)) for st in node.body for n in ast.walk(st)):
+            return node
+        try:
+            loop = _Loop(node, self.modules, self.f_locals)
+        except _NotCapturable:
+            return node
+        if not _private(self.fn, node, [loop.var, *loop.temps]):
+            return node
+        return self._replace(loop)
+
+    def _replace(self, loop: _Loop) -> list[ast.stmt]:
+        k = self.count
+        self.count += 1
+        node = loop.node
+        body = [_Reads(loop).visit(st) for st in node.body]
+        carries = loop.carries
+        ret = ast.Return(_tuple(carries, ast.Load()))
+        args = ast.arguments(
+            posonlyargs=[], args=[ast.arg(a) for a in [loop.var, *carries]], vararg=None,
+            kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
+        )  # fmt: skip
+        name = f"_tj_body_{k}"
+        fdef = ast.FunctionDef(name, args, [*body, ret], [], None, None, type_params=[])
+        call = ast.Call(
+            ast.Name("_tj_for", ast.Load()),
+            [node.iter, ast.Name(name, ast.Load()), _tuple(carries, ast.Load()),
+             _tuple(loop.bases, ast.Load())],
+            [],
+        )  # fmt: skip
+        assign = ast.Assign([_tuple(carries, ast.Store())], call)
+        out = [fdef, assign]
+        for st in out:
+            ast.copy_location(st, node)
+            ast.fix_missing_locations(st)
+        for st in out:  # every new node at the loop's line (errors name the user's lines)
+            for n in ast.walk(st):
+                if not hasattr(n, "lineno") or n.lineno is None:
+                    ast.copy_location(n, node)
+        return out
+
+
+class _Reads(ast.NodeTransformer):
+    """``x[j + 1, 0]`` -> ``_tj_read(x, (j + 1, 0))``: the loop variable's element reads, which
+    ``_tj_for`` checks while it captures."""
+
+    def __init__(self, loop: _Loop):
+        self.var = loop.var
+
+    def visit_Subscript(self, e: ast.Subscript):
+        self.generic_visit(e)
+        if self.var not in _names(e.slice):
+            return e
+        items = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+        key = [ast.Name("_tj_all", ast.Load()) if isinstance(it, ast.Slice) else it
+               for it in items]  # fmt: skip
+        arg = ast.Tuple(key, ast.Load()) if isinstance(e.slice, ast.Tuple) else key[0]
+        return ast.copy_location(
+            ast.Call(ast.Name("_tj_read", ast.Load()), [e.value, arg], []), e
+        )
+
+
+def _tuple(names: list[str], ctx) -> ast.Tuple:
+    return ast.Tuple([ast.Name(n, ctx) for n in names], ctx)
+
+
+def _private(fn: ast.FunctionDef, loop: ast.For, names: list[str]) -> bool:
+    """Whether ``names`` (the loop variable and temporaries) are not used outside ``loop``:
+    each of their occurrences elsewhere in ``fn`` is inside another ``for`` loop that assigns
+    the name before reading it (its own loop variable, or a straight-line body whose first use
+    of the name is an assignment), so no code sees the value ``loop`` left in it."""
+    inside = {id(n) for st in loop.body for n in ast.walk(st)}
+    wanted = set(names)
+    fors = [n for n in ast.walk(fn) if isinstance(n, ast.For) and n is not loop]
+    for n in ast.walk(fn):
+        if id(n) in inside or n is loop.target:
+            continue
+        name = n.id if isinstance(n, ast.Name) else n.arg if isinstance(n, ast.arg) else None
+        if name not in wanted:
+            continue
+        if isinstance(n, ast.arg):
+            return False
+        owners = [f for f in fors if any(m is n for m in ast.walk(f)) and n is not f.iter
+                  and not any(m is n for m in ast.walk(f.iter))]  # fmt: skip
+        if not any(_assigns_first(f, name) for f in owners):
+            return False
+    return True
+
+
+def _assigns_first(f: ast.For, name: str) -> bool:
+    """Whether every iteration of ``f`` assigns ``name`` before any read of it."""
+    if isinstance(f.target, ast.Name) and f.target.id == name:
+        return True
+    if f.orelse:
+        return False
+    for st in f.body:
+        if isinstance(st, ast.Assign) and len(st.targets) == 1:
+            if name in _names(st.value):
+                return False
+            if isinstance(st.targets[0], ast.Name) and st.targets[0].id == name:
+                return True
+            if name in _names(st.targets[0]):
+                return False
+        elif isinstance(st, (ast.Pass, ast.Expr)) and name not in _names(st):
+            continue
+        else:
+            return False
+    return False
+
+
+def _fingerprint(code: types.CodeType) -> tuple:
+    """What a code object computes (its bytecode, names and constants, nested functions'
+    too), without its line numbers."""
+    consts = tuple(_fingerprint(c) if isinstance(c, types.CodeType) else (type(c), c)
+                   for c in code.co_consts)  # fmt: skip
+    return (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
+            code.co_argcount, code.co_kwonlyargcount, code.co_flags & ~inspect.CO_NESTED,
+            consts)  # fmt: skip
+
+
+@functools.lru_cache(maxsize=64)
+def _imported_names(filename: str, source: str) -> frozenset:
+    """Names that module-level imports bind in the module ``source`` (CPython compiles
+    ``name.attr(...)`` differently when ``name`` is an imported one)."""
+    try:
+        table = symtable.symtable(source, filename, "exec")
+    except (SyntaxError, ValueError):
+        return frozenset()
+    return frozenset(s.get_name() for s in table.get_symbols() if s.is_imported())
+
+
+def _compile_function(fn: ast.FunctionDef, code: types.CodeType, free: list[str],
+                      imported: frozenset) -> types.CodeType:  # fmt: skip
+    """``fn`` compiled as a function whose free variables are ``free`` (the names of an outer
+    function it is defined in, so that the result can be given cells), in a module that
+    imports ``imported`` as the function's own module does."""
+    outer = ast.FunctionDef(
+        "_tj_outer",
+        ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
+                      kwarg=None, defaults=[]),  # fmt: skip
+        [*[ast.Assign([ast.Name(n, ast.Store())], ast.Constant(None)) for n in free],
+         fn, ast.Return(ast.Name(fn.name, ast.Load()))],  # fmt: skip
+        [], None, None, type_params=[],
+    )  # fmt: skip
+    imports = [ast.Import([ast.alias(n)]) for n in sorted(imported)]
+    mod = ast.Module([*imports, outer], [])
+    ast.fix_missing_locations(mod)
+    flags = code.co_flags & _FUTURE_FLAGS  # the module's `from __future__` imports
+    compiled = compile(mod, code.co_filename, "exec", flags=flags, dont_inherit=True)
+    outer_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
+    return next(
+        c for c in outer_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.name
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _rewritten_code(code: types.CodeType, source: str, modules: frozenset,
+                    imported: frozenset) -> types.CodeType | None:  # fmt: skip
+    """The code object of the rewritten function, or ``None``: nothing to capture, or the
+    source read is not that of ``code`` (the file changed since the function was defined:
+    the source compiled as it is must give ``code``'s bytecode)."""
+    tree = ast.parse(source)
+    fn = tree.body[0]
+    if not isinstance(fn, ast.FunctionDef) or fn.name != code.co_name:
+        return None
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
+        return None
+    if _names(fn) & set(_HELPERS):
+        return None
+    fn.decorator_list = []
+    ast.increment_lineno(tree, code.co_firstlineno - 1)
+    original = _compile_function(fn, code, list(code.co_freevars), imported)
+    if _fingerprint(original) != _fingerprint(code):
+        return None
+    f_locals = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
+    rw = _Rewriter(fn, {m for m in modules if m not in f_locals}, f_locals)
+    rw.visit(fn)
+    if not rw.count:
+        return None
+    return _compile_function(fn, code, [*code.co_freevars, *_HELPERS], imported)
+
+
+def rewrite(f: Callable, helpers: dict) -> Callable:
+    """``f`` with its capturable loops handed to ``helpers["_tj_for"]`` (see the module
+    docstring), or ``f`` itself when it has none, its source cannot be read, or capturing is
+    off (:data:`ENABLED`). ``helpers`` maps each name of ``_HELPERS`` to its object."""
+    code = getattr(f, "__code__", None)
+    if not ENABLED or not isinstance(f, types.FunctionType) or code is None:
+        return f
+    if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
+        return f
+    try:
+        source = textwrap.dedent(inspect.getsource(f))
+    except (OSError, TypeError):
+        return f
+    modules = frozenset(k for k, v in f.__globals__.items() if v is np)
+    for name in ("abs", "len"):  # the built-ins, unless the module has its own
+        if f.__globals__.get(name, getattr(builtins, name)) is getattr(builtins, name):
+            modules |= {name}
+    module_source = "".join(linecache.getlines(code.co_filename, f.__globals__))
+    imported = _imported_names(code.co_filename, module_source)
+    try:
+        new = _rewritten_code(code, source, modules, imported)
+    except (SyntaxError, StopIteration, ValueError):
+        return f
+    if new is None or set(new.co_freevars) - set(_HELPERS) != set(code.co_freevars):
+        return f
+    cells = dict(zip(code.co_freevars, f.__closure__ or ()))
+    cells.update({k: types.CellType(helpers[k]) for k in _HELPERS})
+    g = types.FunctionType(
+        new, f.__globals__, f.__name__, f.__defaults__, tuple(cells[n] for n in new.co_freevars)
+    )
+    g.__kwdefaults__ = f.__kwdefaults__
+    g.__wrapped__ = f
+    return g

@@ -1,0 +1,369 @@
+"""Python loops captured while tracing (tapejit/loop_source.py, tapejit/loop_capture.py): the
+captured trace against the unrolled one (capturing off: values and gradients by the IR
+interpreter, the oracle), compiled gradients against central differences, which loops are
+captured and which are traced as written, and tracing that stops growing with the trip count."""
+
+from __future__ import annotations
+
+import linecache
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+from tapejit import autodiff, interpret, loop_capture, loop_source, tracing
+
+RNG = np.random.default_rng(11)
+
+
+def traced(f, *xs, capture=True):
+    saved = loop_source.ENABLED
+    loop_source.ENABLED = capture
+    try:
+        return tracing.trace(f, list(xs), list(range(len(xs))))
+    finally:
+        loop_source.ENABLED = saved
+
+
+def against_unrolled(f, *xs, loops=None, rtol=1e-12):
+    """``f`` traced with capturing and without: equal values and gradients (interpreter), and
+    the compiled gradient against central differences. Returns the captured trace."""
+    g = traced(f, *xs)
+    u = traced(f, *xs, capture=False)
+    if loops is not None:
+        assert g.captured[0] == loops, g.captured
+    assert u.captured == (0, 0)
+    want = interpret.evaluate(u, list(xs))
+    got = interpret.evaluate(g, list(xs))
+    np.testing.assert_allclose(got[0], want[0], rtol=rtol, atol=rtol)
+    gw = interpret.evaluate(autodiff.vjp_graph(u, None), list(xs))
+    gg = interpret.evaluate(autodiff.vjp_graph(g, None), list(xs))
+    for a, b in zip(gw[1:], gg[1:]):
+        np.testing.assert_allclose(b, a, rtol=rtol, atol=rtol)
+    grad = tj.compile(f, *xs, argnums=tuple(range(len(xs))), cache=False)
+    val, gs = grad.value_and_grad(*xs)
+    np.testing.assert_allclose(val, f(*xs), rtol=1e-11, atol=1e-12)
+    gs = gs if isinstance(gs, tuple) else (gs,)
+    assert grad.stats["reroll"]["captured"]["loops"] == g.captured[0]
+    for k, x in enumerate(xs):
+        d = RNG.normal(size=np.shape(x))
+        h = 1e-6
+        plus, minus = list(xs), list(xs)
+        plus[k], minus[k] = x + h * d, x - h * d
+        fd = (f(*plus) - f(*minus)) / (2 * h)
+        np.testing.assert_allclose(np.sum(gs[k] * d), fd, rtol=1e-5, atol=1e-7)
+    return g
+
+
+# -- captured ------------------------------------------------------------------------------------
+
+
+def neighbours(x):
+    s = 0.0
+    for i in range(len(x) - 1):
+        d = x[i + 1] - x[i]
+        s = s + np.exp(-d * d) + 0.5 * d
+    return s
+
+
+def test_neighbour_sum_is_captured():
+    g = against_unrolled(neighbours, RNG.random(40), loops=1)
+    assert g.captured[1] == 39
+
+
+def test_tracing_does_not_grow_with_the_trip_count():
+    """The captured trace has the same nodes for 100 and 20,000 iterations."""
+    small = traced(neighbours, RNG.random(100))
+    big = traced(neighbours, RNG.random(20000))
+    assert big.captured == (1, 19999)
+    assert len(big.nodes) == len(small.nodes)
+
+
+def test_carried_product_and_recurrence():
+    def product(x):
+        p = 1.0
+        for i in range(len(x)):
+            p = p * (1.0 + 0.1 * np.sin(x[i]))
+        return p
+
+    def recurrence(x, w):
+        h = 0.3
+        for i in range(len(x)):
+            h = np.tanh(w[0] * h + x[i])
+        return h
+
+    against_unrolled(product, RNG.random(30), loops=1)
+    against_unrolled(recurrence, RNG.random(25), RNG.random(2), loops=1)
+
+
+def test_augmented_assignment_and_two_carries():
+    def f(x):
+        a = 0.0
+        b = 1.0
+        for k in range(len(x)):
+            a += x[k] * x[k]
+            b = b + 0.5 * np.cos(x[k])
+        return a * b
+
+    against_unrolled(f, RNG.random(33), loops=2)
+
+
+@pytest.mark.parametrize("rng", ["reversed", "strided", "offset"])
+def test_ranges(rng):
+    def reversed_(x):
+        s = 0.0
+        for i in range(len(x) - 1, -1, -1):
+            s = s * 0.9 + x[i]
+        return s
+
+    def strided(x):
+        s = 0.0
+        for i in range(0, len(x) - 1, 2):
+            s = s + x[i] * x[i + 1]
+        return s
+
+    def offset(x):
+        s = 0.0
+        for i in range(3, len(x)):
+            s = s + np.sin(x[len(x) - 1 - i]) * x[i - 3]
+        return s
+
+    f = {"reversed": reversed_, "strided": strided, "offset": offset}[rng]
+    against_unrolled(f, RNG.random(41), loops=1)
+
+
+def test_rows_of_a_matrix_and_invariants():
+    c = RNG.random(3)
+
+    def f(pos, w):
+        e = 0.0
+        for j in range(pos.shape[0]):
+            r = pos[j, :] - w
+            e = e + np.sum(r * r * c) + pos[j, 1] * c[0]
+        return e
+
+    against_unrolled(f, RNG.random((20, 3)), RNG.random(3), loops=1)
+
+
+def pairs(pos):
+    n = pos.shape[0]
+    e = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = pos[j, 0] - pos[i, 0]
+            dy = pos[j, 1] - pos[i, 1]
+            dz = pos[j, 2] - pos[i, 2]
+            r2 = dx * dx + dy * dy + dz * dz
+            s = 1.0 / (r2 * r2 * r2)
+            e = e + 4.0 * (s * s - s)
+    return e
+
+
+def test_triangular_pair_loop():
+    """The inner loops of at least MIN_TRIPS iterations are captured, the rest traced."""
+    n = 24
+    pos = np.stack(np.meshgrid(*[np.arange(3)] * 3, indexing="ij"), -1).reshape(-1, 3)[:n]
+    pos = pos * 1.5 + 0.1 * RNG.random((n, 3))
+    g = against_unrolled(pairs, pos, rtol=1e-11)
+    assert g.captured[0] == n - loop_capture.MIN_TRIPS
+
+
+def test_value_read_after_the_loop():
+    """A guard on a captured carry evaluates the built loop on the example."""
+
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + x[i] * x[i]
+        if s > 100.0:
+            return s * 2.0
+        return np.sqrt(s)
+
+    x = RNG.random(30)
+    g = traced(f, x)
+    assert g.captured[0] == 1 and len(g.guards) == 1
+    grad = tj.compile(f, x, cache=False)
+    np.testing.assert_allclose(grad(x), x / np.sqrt(np.sum(x * x)), rtol=1e-13)
+    y = x * 4.0  # the other branch: a retrace or an error, never the first branch's value
+    np.testing.assert_allclose(grad(y), 4.0 * y, rtol=1e-13)
+
+
+# -- not captured: traced as written ---------------------------------------------------------
+
+
+def _number(x):
+    v = 0.0
+    for i in range(len(x)):
+        v = v * 0.5 + np.sin(x[i]) * (i + 1.0)
+    return v
+
+
+def _square_index(x):
+    s = 0.0
+    for i in range(5):
+        s = s + x[i * i]
+    for i in range(20):
+        s = s + x[(i * i) % 30]
+    return s
+
+
+IDX = np.arange(30)[::-1].copy()
+
+
+def _table_index(x):
+    s = 0.0
+    for i in range(30):
+        s = s + x[IDX[i]] * 2.0
+    return s
+
+
+def _branch(x):
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] > 0.5:
+            s = s + x[i]
+    return s
+
+
+def _temp_after(x):
+    s = 0.0
+    for i in range(len(x)):
+        d = x[i] * 2.0
+        s = s + d
+    return s + d
+
+
+def _var_after(x):
+    s = 0.0
+    for i in range(len(x)):
+        s = s + x[i]
+    return s * i
+
+
+def helper(a):
+    return a * a
+
+
+def _calls_user_code(x):
+    s = 0.0
+    for i in range(len(x)):
+        s = s + helper(x[i])
+    return s
+
+
+def _feeding_carries(x):
+    a = 0.0
+    b = 1.0
+    for i in range(len(x)):
+        a = a + b * x[i]
+        b = b * 0.9 + x[i]
+    return a + b
+
+
+CONST = RNG.random(30)
+
+
+def _numpy_array_read(x):
+    s = 0.0
+    for i in range(len(x)):
+        s = s + x[i] * CONST[i]
+    return s
+
+
+def _wraps_around_at_the_end(x):
+    s = 0.0
+    for i in range(len(x) - 1, -1, -1):
+        s = s + x[i - 3] * x[i]  # x[-1], x[-2], x[-3] in the last iterations
+    return s
+
+
+def _short(x):
+    s = 0.0
+    for i in range(loop_capture.MIN_TRIPS - 1):
+        s = s + x[i]
+    return s
+
+
+@pytest.mark.parametrize(
+    "f",
+    [_number, _square_index, _table_index, _branch, _temp_after, _var_after, _calls_user_code,
+     _feeding_carries, _numpy_array_read, _wraps_around_at_the_end, _short],  # fmt: skip
+    ids=lambda f: f.__name__.strip("_"),
+)
+def test_not_captured(f):
+    against_unrolled(f, RNG.random(30), loops=0)
+
+
+def test_negative_indices_in_the_first_iterations():
+    """x[i - 3] reads x[-3], x[-2], x[-1] first: those iterations stay as traced, the loop
+    starts after them."""
+
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + x[i - 3] * x[i]
+        return s
+
+    against_unrolled(f, RNG.random(30), loops=1)
+
+
+def test_out_of_bounds_raises_as_written():
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + x[i + 1]
+        return s
+
+    for capture in (True, False):
+        with pytest.raises(tracing.TracingError, match="out of bounds"):
+            traced(f, RNG.random(30), capture=capture)
+
+
+def test_source_that_is_not_the_function_is_not_used():
+    """A function whose source file changed after it was defined (the source read back is
+    not its code): traced as it was defined, never as the file now says."""
+    name = "<tapejit test source>"
+    src = "def f(x):\n    s = 0.0\n    for i in range(len(x)):\n        s = s + x[i]\n    return s\n"
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+    env = {"np": np}
+    exec(compile(src, name, "exec"), env)
+    f = env["f"]
+    x = RNG.random(30)
+    assert traced(f, x).captured == (1, 30)
+    changed = src.replace("s + x[i]", "s + 2.0 * x[i]")
+    linecache.cache[name] = (len(changed), None, changed.splitlines(True), name)
+    loop_source._rewritten_code.cache_clear()
+    g = traced(f, x)
+    assert g.captured == (0, 0)
+    np.testing.assert_allclose(interpret.evaluate(g, [x])[0], np.sum(x), rtol=1e-13)
+    del linecache.cache[name]
+
+
+def test_names_and_lines_of_the_user():
+    """Errors in a captured body name the user's line."""
+
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + float(x[i])
+        return s
+
+    with pytest.raises(tracing.TracingError) as e:
+        traced(f, RNG.random(30))
+    assert "test_loop_capture.py" in str(e.value)
+
+
+def test_rewrite_keeps_closures_defaults_and_nested_scopes():
+    scale = 3.0
+
+    def f(x, k=2.0, *, m=0.5):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + np.square(x[i]) * scale
+        return s * k + m
+
+    rewritten = loop_capture.prepare(f)
+    assert rewritten is not f
+    x = RNG.random(20)
+    assert rewritten(x) == pytest.approx(f(x), rel=1e-14)  # plain numpy: runs every iteration
+    against_unrolled(f, x, loops=1)
