@@ -1,8 +1,10 @@
-"""Re-rolled Python element loops (tapejit/passes/reroll.py): the element-loop model of
-``examples/element_loop.py`` and the preallocate-and-fill loop, at n = 100 / 1000 / 3000.
+"""Python element loops captured while tracing (tapejit/loop_capture.py) and re-rolled
+(tapejit/passes/reroll.py): the element-loop model of ``examples/element_loop.py`` and the
+preallocate-and-fill loop, at n = 100 / 1000 / 3000 (the element loop also at 10,000).
 
-* compile: a cold compile (``cache=False``) and the first call, with the pass on
-  (``TAPEJIT_REROLL=1`` / ``reroll.ENABLED = True``) and off (the default for now: the
+* compile: a cold compile (``cache=False``) and the first call, as ``tj.compile`` does it
+  (captured: 6 iterations traced, the loop built), with capturing off (``TAPEJIT_CAPTURE=0``:
+  every iteration traced, then re-rolled), and with re-rolling off (``TAPEJIT_REROLL=0``: the
   unrolled trace, straight-line code split into chunks);
 * gradient: one call of the compiled gradient, against the hand-derived vectorised numpy
   gradient.
@@ -21,6 +23,7 @@ import pytest
 from benchutil import tag
 
 import tapejit as tj
+from tapejit import loop_source
 from tapejit.passes import reroll
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -30,6 +33,7 @@ COMPILE = "Element loop (examples/element_loop.py): cold compile + first call"
 GRAD = "Element loop (examples/element_loop.py): gradient call"
 FILL = "Preallocate-and-fill loop y[i] = x[i]*x[i]: cold compile + first call"
 SIZES = [100, 1000, 3000]
+MODES = {"captured": (True, True), "re-rolled": (True, False), "unrolled": (False, False)}
 
 
 def fill_model(x):
@@ -46,11 +50,15 @@ def _cold(f, x):
     return grad, time.perf_counter() - t0
 
 
-@pytest.mark.parametrize("rolled", [True, False], ids=["reroll", "unrolled"])
-@pytest.mark.parametrize("n", SIZES)
-def test_compile(benchmark, monkeypatch, n, rolled):
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("n", [*SIZES, 10000])
+def test_compile(benchmark, monkeypatch, n, mode):
+    rolled, captured = MODES[mode]
+    if n > 3000 and not captured:
+        pytest.skip("minutes unrolled: the captured loop's point")
     monkeypatch.setattr(reroll, "ENABLED", rolled)
-    tag(benchmark, COMPILE, f"n={n}", "re-rolled" if rolled else "unrolled", unit="s")
+    monkeypatch.setattr(loop_source, "ENABLED", captured)
+    tag(benchmark, COMPILE, f"n={n}", mode, unit="s")
     x = np.random.default_rng(0).random(n)
     grad, _ = _cold(make_model(n), x)
     np.testing.assert_allclose(grad(x), numpy_grad(x, np.empty(n)), rtol=1e-10, atol=1e-12)
@@ -59,9 +67,8 @@ def test_compile(benchmark, monkeypatch, n, rolled):
 
 
 @pytest.mark.parametrize("n", SIZES)
-def test_gradient_tapejit(benchmark, monkeypatch, n):
-    monkeypatch.setattr(reroll, "ENABLED", True)
-    tag(benchmark, GRAD, f"n={n}", "tapejit (re-rolled)")
+def test_gradient_tapejit(benchmark, n):
+    tag(benchmark, GRAD, f"n={n}", "tapejit (captured)")
     x = np.random.default_rng(0).random(n)
     grad = tj.compile(make_model(n), x, cache=False)
     g = np.empty(n)

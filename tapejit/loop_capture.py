@@ -12,8 +12,8 @@ What makes the shortcut exact, beyond the source's guarantee (every iteration ru
 straight-line code, the loop variable only in affine element reads of arrays the loop does
 not assign): while capturing, each of those element reads must produce an element read of
 the same traced array (not a constant, not a value numpy computed); the traced iterations may
-record no guard and no conversion error; each carry must be a traced float scalar after every
-iteration; the traced iterations must match one template up to the last, with no varying
+record no guard and no conversion error; each carry must be a traced float array or scalar
+after every iteration, a new one (not written in place, not a view); the traced iterations must match one template up to the last, with no varying
 constant; and every element read must stay in bounds over the whole range. When anything
 fails the loop simply goes on running, iteration by iteration, as Python would: the trace is
 then exactly the unrolled one, and the re-rolling pass sees it as before.
@@ -116,12 +116,12 @@ def _build(history: list[tuple], extra: int, st) -> tuple | None:
     chains = []
     for c in range(len(history[0])):
         chain = []
-        for h in history[1:]:
+        for k, h in enumerate(history[1:]):
             t = h[c]
-            if not isinstance(t, tracing.Tracer) or t.level != 1:
+            if not isinstance(t, tracing.Tracer) or t.level != 1 or t.node.dtype != "f64":
                 return None
-            if t.node.type.shape != () or t.node.dtype != "f64":
-                return None
+            if t is history[k][c] or t._view is not None:
+                return None  # written in place (`f += v` on an array), or a view of another
             chain.append(t.node)
         chains.append(chain)
     ids = {id(n) for chain in chains for n in chain}
@@ -137,9 +137,12 @@ def _build(history: list[tuple], extra: int, st) -> tuple | None:
 
 
 def prepare(f: Callable) -> Callable:
-    """``f`` with its capturable loops rewritten to call :func:`run_loop` (or ``f``)."""
+    """``f`` with its capturable loops rewritten to call :func:`run_loop` (or ``f``; also
+    when re-rolling is off, :data:`reroll.ENABLED`: loops then stay unrolled)."""
     from . import loop_source
 
+    if not reroll.ENABLED:
+        return f
     return loop_source.rewrite(f, {"_tj_for": run_loop, "_tj_read": read, "_tj_all": ALL})
 
 

@@ -44,8 +44,8 @@ as the loop would, unless it can capture the loop (:mod:`tapejit.loop_capture`).
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import builtins
 import functools
@@ -89,11 +89,13 @@ def _names(node: ast.AST) -> set[str]:
 class _Loop:
     """What one capturable loop reads and writes."""
 
-    def __init__(self, node: ast.For, modules: set[str], f_locals: set[str]):
+    def __init__(self, node: ast.For, modules: set[str], f_locals: set[str],
+                 pure: frozenset = frozenset()):  # fmt: skip
         self.node = node
         self.var = node.target.id
-        self.modules = modules  # names that are numpy at module level
+        self.modules = modules  # names that are numpy at module level (and abs, len)
         self.f_locals = f_locals
+        self.pure = pure  # module-level functions that are pure straight-line code
         self.assigned: list[str] = []
         self.carries: list[str] = []
         self.bases: list[str] = []
@@ -153,6 +155,8 @@ class _Loop:
         f = e.func
         if isinstance(f, ast.Name) and f.id == "abs" and "abs" in self.modules:
             pass
+        elif isinstance(f, ast.Name) and f.id in self.pure and f.id not in self.f_locals:
+            pass  # a helper of the same form: the same code for every call
         elif not (
             isinstance(f, ast.Attribute)
             and isinstance(f.value, ast.Name)
@@ -255,10 +259,12 @@ class _Rewriter(ast.NodeTransformer):
     """Replaces each capturable innermost loop of the function by a body function and a call
     of ``_tj_for``; records how many it replaced."""
 
-    def __init__(self, fn: ast.FunctionDef, modules: set[str], f_locals: set[str]):
+    def __init__(self, fn: ast.FunctionDef, modules: set[str], f_locals: set[str],
+                 pure: frozenset):  # fmt: skip
         self.fn = fn
         self.modules = modules
         self.f_locals = f_locals
+        self.pure = pure
         self.count = 0
 
     def visit_FunctionDef(self, node):  # nested functions are traced as they are
@@ -273,7 +279,7 @@ class _Rewriter(ast.NodeTransformer):
         if any(isinstance(n, (ast.For, ast.While)) for st in node.body for n in ast.walk(st)):
             return node
         try:
-            loop = _Loop(node, self.modules, self.f_locals)
+            loop = _Loop(node, self.modules, self.f_locals, self.pure)
         except _NotCapturable:
             return node
         if not _private(self.fn, node, [loop.var, *loop.temps]):
@@ -339,22 +345,28 @@ def _private(fn: ast.FunctionDef, loop: ast.For, names: list[str]) -> bool:
     """Whether ``names`` (the loop variable and temporaries) are not used outside ``loop``:
     each of their occurrences elsewhere in ``fn`` is inside another ``for`` loop that assigns
     the name before reading it (its own loop variable, or a straight-line body whose first use
-    of the name is an assignment), so no code sees the value ``loop`` left in it."""
+    of the name is an assignment), or in a nested function or lambda that has a parameter of
+    that name, so no code sees the value ``loop`` left in it."""
     inside = {id(n) for st in loop.body for n in ast.walk(st)}
-    wanted = set(names)
     fors = [n for n in ast.walk(fn) if isinstance(n, ast.For) and n is not loop]
-    for n in ast.walk(fn):
-        if id(n) in inside or n is loop.target:
-            continue
-        name = n.id if isinstance(n, ast.Name) else n.arg if isinstance(n, ast.arg) else None
-        if name not in wanted:
-            continue
-        if isinstance(n, ast.arg):
-            return False
-        owners = [f for f in fors if any(m is n for m in ast.walk(f)) and n is not f.iter
-                  and not any(m is n for m in ast.walk(f.iter))]  # fmt: skip
-        if not any(_assigns_first(f, name) for f in owners):
-            return False
+    scopes = [n for n in ast.walk(fn) if isinstance(n, (ast.Lambda, ast.FunctionDef,
+                                                          ast.AsyncFunctionDef)) and n is not fn]
+    for name in names:
+        shadowed = set()
+        for sc in scopes:
+            a = sc.args
+            if any(p.arg == name for p in [*a.posonlyargs, *a.args, *a.kwonlyargs,
+                                           *filter(None, [a.vararg, a.kwarg])]):  # fmt: skip
+                shadowed |= {id(n) for n in ast.walk(sc)}
+        for n in ast.walk(fn):
+            if id(n) in inside or id(n) in shadowed or n is loop.target:
+                continue
+            if not (isinstance(n, ast.Name) and n.id == name):
+                continue
+            owners = [f for f in fors if any(m is n for m in ast.walk(f))
+                      and not any(m is n for m in ast.walk(f.iter))]  # fmt: skip
+            if not any(_assigns_first(f, name) for f in owners):
+                return False
     return True
 
 
@@ -426,7 +438,7 @@ def _compile_function(fn: ast.FunctionDef, code: types.CodeType, free: list[str]
 
 @functools.lru_cache(maxsize=256)
 def _rewritten_code(code: types.CodeType, source: str, modules: frozenset,
-                    imported: frozenset) -> types.CodeType | None:  # fmt: skip
+                    imported: frozenset, pure: frozenset) -> types.CodeType | None:  # fmt: skip
     """The code object of the rewritten function, or ``None``: nothing to capture, or the
     source read is not that of ``code`` (the file changed since the function was defined:
     the source compiled as it is must give ``code``'s bytecode)."""
@@ -444,11 +456,87 @@ def _rewritten_code(code: types.CodeType, source: str, modules: frozenset,
     if _fingerprint(original) != _fingerprint(code):
         return None
     f_locals = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
-    rw = _Rewriter(fn, {m for m in modules if m not in f_locals}, f_locals)
+    rw = _Rewriter(fn, {m for m in modules if m not in f_locals}, f_locals, pure)
     rw.visit(fn)
     if not rw.count:
         return None
     return _compile_function(fn, code, [*code.co_freevars, *_HELPERS], imported)
+
+
+def _fixed_names(g: dict) -> frozenset:
+    """The names in module globals ``g`` that are numpy, and the built-ins ``abs`` and
+    ``len`` unless the module has its own."""
+    out = {k for k, v in g.items() if v is np}
+    for name in ("abs", "len"):
+        if g.get(name, getattr(builtins, name)) is getattr(builtins, name):
+            out.add(name)
+    return frozenset(out)
+
+
+#: How deep pure helpers may call pure helpers.
+_PURE_DEPTH = 3
+
+
+def _pure_names(g: dict, code: types.CodeType, depth: int) -> frozenset:
+    """Global names ``code`` uses that are *pure helpers* (see :func:`_pure_code`)."""
+    if depth <= 0:
+        return frozenset()
+    out = set()
+    for name in code.co_names:
+        h = g.get(name)
+        if isinstance(h, types.FunctionType) and _is_pure(h, depth):
+            out.add(name)
+    return frozenset(out)
+
+
+def _is_pure(h: types.FunctionType, depth: int) -> bool:
+    code = h.__code__
+    if code.co_freevars or code.co_flags & (
+        inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+        | inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+    ):
+        return False
+    try:
+        source = textwrap.dedent(inspect.getsource(h))
+    except (OSError, TypeError):
+        return False
+    module_source = "".join(linecache.getlines(code.co_filename, h.__globals__))
+    imported = _imported_names(code.co_filename, module_source)
+    pure = _pure_names(h.__globals__, code, depth - 1)
+    try:
+        return _pure_code(code, source, _fixed_names(h.__globals__), imported, pure)
+    except (SyntaxError, StopIteration, ValueError):
+        return False
+
+
+@functools.lru_cache(maxsize=256)
+def _pure_code(code: types.CodeType, source: str, modules: frozenset, imported: frozenset,
+               pure: frozenset) -> bool:  # fmt: skip
+    """Whether the function of ``code`` (its source ``source``) is a *pure helper*: straight-
+    line assignments to its own names and one final ``return``, every expression of the form
+    a captured loop body may have (numpy calls, arithmetic, subscripts at indices it computes
+    from its arguments and constants, other pure helpers). Called in a captured loop, it
+    runs the same code on the same kinds of values in every iteration."""
+    tree = ast.parse(source)
+    fn = tree.body[0]
+    if not isinstance(fn, ast.FunctionDef) or fn.name != code.co_name:
+        return False
+    fn.decorator_list = []
+    ast.increment_lineno(tree, code.co_firstlineno - 1)
+    if _fingerprint(_compile_function(fn, code, [], imported)) != _fingerprint(code):
+        return False
+    *body, last = fn.body
+    if not isinstance(last, ast.Return) or last.value is None:
+        return False
+    f_locals = set(code.co_varnames)
+    result = ast.Assign([ast.Name("_tj_result", ast.Store())], last.value)
+    # checked as the body of a loop whose variable occurs nowhere (the helper cannot see it)
+    loop = ast.For(ast.Name("_tj_no_var", ast.Store()), ast.Constant(None), [*body, result], [])
+    try:
+        _Loop(loop, {m for m in modules if m not in f_locals}, f_locals, pure)
+    except _NotCapturable:
+        return False
+    return True
 
 
 def rewrite(f: Callable, helpers: dict) -> Callable:
@@ -464,14 +552,12 @@ def rewrite(f: Callable, helpers: dict) -> Callable:
         source = textwrap.dedent(inspect.getsource(f))
     except (OSError, TypeError):
         return f
-    modules = frozenset(k for k, v in f.__globals__.items() if v is np)
-    for name in ("abs", "len"):  # the built-ins, unless the module has its own
-        if f.__globals__.get(name, getattr(builtins, name)) is getattr(builtins, name):
-            modules |= {name}
+    modules = _fixed_names(f.__globals__)
     module_source = "".join(linecache.getlines(code.co_filename, f.__globals__))
     imported = _imported_names(code.co_filename, module_source)
+    pure = _pure_names(f.__globals__, code, _PURE_DEPTH)
     try:
-        new = _rewritten_code(code, source, modules, imported)
+        new = _rewritten_code(code, source, modules, imported, pure)
     except (SyntaxError, StopIteration, ValueError):
         return f
     if new is None or set(new.co_freevars) - set(_HELPERS) != set(code.co_freevars):

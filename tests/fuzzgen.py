@@ -85,6 +85,54 @@ class Program:
         return f"def f({params}):\n{body}\n    return {result}\n"
 
 
+CAPTURE_BODIES = [
+    "{v} = {v} + np.sin({a}[{i} + 1]) * {a}[{i}]",
+    "{v} = np.tanh(0.7 * {v} + {a}[{i}])",
+    "{v} = {v} * 0.8 + {a}[{i}] * {a}[len({a}) - 1 - {i}]",
+    "t = {a}[{i}] * {s}\n        {v} += t / (1.0 + t * t)",
+    "{v} = {v} + {a}[{i}] * {a}[{i}]\n        {w} = {w} * 0.9 + np.cos({a}[{i}])",
+]
+CAPTURE_RANGES = ["range(len({a}) - 1)", "range(len({a}) - 1, -1, -1)", "range(0, len({a}) - 1, 2)",
+                  "range(2, len({a}) - 1)"]  # fmt: skip
+
+
+def _capture_loop(data, prog: "Program", a: str, sa: tuple) -> None:
+    """A Python element loop of the form that tracing captures (tapejit/loop_source.py): a
+    straight-line body, the loop variable only in element reads; over the rows of a matrix,
+    or the elements of a vector (the variable, raveled and repeated to at least 12 elements,
+    so that the loop is long enough to be captured: loop_capture.MIN_TRIPS)."""
+    i = data.draw(st.sampled_from(["i", "j"]))
+    if len(sa) == 2:
+        k = 12 // sa[0] + 1
+        m = prog.new((sa[0] * k, sa[1]), f"np.concatenate([{a}] * {k}, axis=0)", "capture")
+        v = f"v{prog.k}"
+        prog.k += 1
+        prog.lines.append(f"    {v} = 0.0")
+        prog.lines.append(f"    for {i} in range({m}.shape[0]):")
+        prog.lines.append(f"        {v} = {v} + np.sum({m}[{i}, :] * {m}[{i}, :]) * 0.5")
+        prog.shapes[v] = ()
+        return
+    size = sa[0] if sa else 1
+    if len(sa) != 1 or size < 12:
+        k = 12 // size + 1
+        a = prog.new((size * k,), f"np.concatenate([np.ravel({a})] * {k}) * 0.9", "capture")
+    scalars = [n for n, s in prog.shapes.items() if s == ()] or ["1.0"]
+    v, w = f"v{prog.k}", f"v{prog.k + 1}"
+    prog.k += 2
+    body = data.draw(st.sampled_from(CAPTURE_BODIES))
+    rng = data.draw(st.sampled_from(CAPTURE_RANGES))
+    if "+ 1]" in body and "- 1," in rng:
+        rng = "range(len({a}) - 1)"  # a[i + 1] stays in bounds
+    s = data.draw(st.sampled_from(scalars))
+    prog.lines.append(f"    {v} = 0.25")
+    prog.lines.append(f"    {w} = {a}[0] * 0.5")
+    prog.lines.append(f"    for {i} in {rng.format(a=a)}:")
+    prog.lines.append("        " + body.format(v=v, w=w, a=a, i=i, s=s))
+    prog.shapes[v] = ()
+    prog.shapes[w] = ()
+    prog.features.add("capture")
+
+
 def _pick(data, prog: Program, want=None) -> str | None:
     names = [n for n, s in prog.shapes.items() if want is None or want(s)]
     return data.draw(st.sampled_from(names)) if names else None
@@ -94,7 +142,7 @@ def _statement(data, prog: Program) -> None:
     kind = data.draw(
         st.sampled_from(
             ["unary", "unary", "binary", "binary", "reduce", "index", "inplace", "matmul",
-             "where", "guard", "pyloop", "fori", "scan", "while", "kink", "assemble"]
+             "where", "guard", "pyloop", "fori", "scan", "while", "kink", "assemble", "capture"]
         )
     )  # fmt: skip
     a = _pick(data, prog)
@@ -198,6 +246,8 @@ def _statement(data, prog: Program) -> None:
         prog.lines.append(f"        {name} = {name} * 0.5 + np.sin({a}[i]) * (i + 1.0)")
         prog.shapes[name] = ()
         prog.features.add("pyloop")
+    elif kind == "capture":
+        _capture_loop(data, prog, a, sa)
     elif kind == "fori":
         prog.new(sa, f"tj.fori_loop(0, 3, lambda i, c: c * 0.8 + np.sin(c) * 0.1 + i * 0.01, {a})", "fori")
     elif kind == "scan":

@@ -132,6 +132,32 @@ def test_ranges(rng):
     against_unrolled(f, RNG.random(41), loops=1)
 
 
+def test_array_carries():
+    """A carried vector (a sequential loop); one written in place stays as traced."""
+
+    def rebound(pos, w):
+        f = w * 0.0
+        for j in range(pos.shape[0]):
+            f = f * 0.5 + np.sin(pos[j, :]) * w
+        return np.sum(f * f)
+
+    def in_place(pos, w):
+        f = w * 1.0
+        for j in range(pos.shape[0]):
+            f += pos[j] * pos[j, 0]
+        return np.sum(f * f)
+
+    against_unrolled(rebound, RNG.random((20, 3)), RNG.random(3), loops=1)
+    against_unrolled(in_place, RNG.random((20, 3)), RNG.random(3), loops=0)
+
+
+def test_off_with_the_reroll_pass(monkeypatch):
+    from tapejit.passes import reroll
+
+    monkeypatch.setattr(reroll, "ENABLED", False)
+    assert traced(neighbours, RNG.random(40)).captured == (0, 0)
+
+
 def test_rows_of_a_matrix_and_invariants():
     c = RNG.random(3)
 
@@ -166,6 +192,81 @@ def test_triangular_pair_loop():
     pos = pos * 1.5 + 0.1 * RNG.random((n, 3))
     g = against_unrolled(pairs, pos, rtol=1e-11)
     assert g.captured[0] == n - loop_capture.MIN_TRIPS
+
+
+def lj_term(r2, eps=1.0):
+    """A pure helper: straight-line code and a return."""
+    s = 1.0 / (r2 * r2 * r2)
+    return 4.0 * eps * (s * s - s)
+
+
+def distance2(a, b):
+    d = a - b
+    return np.sum(d * d)
+
+
+def pairs_with_helpers(pos):
+    n = pos.shape[0]
+    e = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            e = e + lj_term(distance2(pos[j, :], pos[i, :]), eps=0.5)
+    return e
+
+
+LOG: list = []
+
+
+def logged(a):
+    LOG.append(a)  # a side effect: not a pure helper
+    return a * a
+
+
+def branching(a):
+    if a > 0.5:
+        return a
+    return a * a
+
+
+def test_pure_helpers():
+    n = 20
+    pos = np.stack(np.meshgrid(*[np.arange(3)] * 3, indexing="ij"), -1).reshape(-1, 3)[:n]
+    pos = pos * 1.5 + 0.1 * RNG.random((n, 3))
+    g = against_unrolled(pairs_with_helpers, pos, rtol=1e-11)
+    assert g.captured[0] == n - loop_capture.MIN_TRIPS  # rows of at least MIN_TRIPS pairs
+
+    def uses(helper):
+        def f(x):
+            s = 0.0
+            for i in range(len(x)):
+                s = s + helper(x[i])
+            return s
+
+        return f
+
+    against_unrolled(uses(logged), RNG.random(30), loops=0)
+    LOG.clear()
+    traced(uses(logged), RNG.random(30))
+    assert len(LOG) == 30  # every call made, as Python makes them
+    against_unrolled(uses(branching), RNG.random(30) * 0.4, loops=0)
+
+
+def test_names_reused_by_other_loops_and_lambdas():
+    """The loop variable and a temporary used again by a later loop that assigns them first,
+    and by a lambda's parameter: still private to the first loop."""
+
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            d = x[i] * 2.0
+            s = s + d * d
+        c = tj.fori_loop(0, 3, lambda i, c: c * 0.5 + 0.1, s)
+        for i in range(len(x) - 1):
+            d = x[i + 1] - x[i]
+            c = c + np.exp(-d * d)
+        return c
+
+    against_unrolled(f, RNG.random(30), loops=2)
 
 
 def test_value_read_after_the_loop():
@@ -241,7 +342,10 @@ def _var_after(x):
 
 
 def helper(a):
-    return a * a
+    t = 0.0
+    for _ in range(2):  # not straight-line code: not a pure helper
+        t = t + a * a
+    return t
 
 
 def _calls_user_code(x):
@@ -367,3 +471,57 @@ def test_rewrite_keeps_closures_defaults_and_nested_scopes():
     x = RNG.random(20)
     assert rewritten(x) == pytest.approx(f(x), rel=1e-14)  # plain numpy: runs every iteration
     against_unrolled(f, x, loops=1)
+
+
+# -- generated loop shapes -------------------------------------------------------------------------
+
+_RANGES = ["range(n)", "range(1, n - 1)", "range(n - 1, -1, -1)", "range(0, n - 2, 2)",
+           "range(n - 3, 2, -3)"]  # fmt: skip
+_READS = ["x[i]", "x[n - 1 - i]", "x[i] * x[i + 1] if i + 1 < n else x[i]", "y[i, 1] - y[i, 0]",
+          "np.sum(y[i, :] * y[n - 1 - i, :])", "x[2 * (i // 2)]"]  # fmt: skip
+_BODIES = [
+    "e = e + np.exp(-({r}) ** 2)",
+    "e = e * 0.75 + np.sin({r})",
+    "e = np.tanh(e + {r} * c)",
+    "t = {r}\n        e = e - t / (1.0 + t * t) + g * c",
+    "e += abs({r}) * c\n        g = g * 0.5 + {r}",
+    "out[i] = np.cos({r}) * c",
+]
+_SOURCES: dict[str, int] = {}
+
+
+def _generated(src: str):
+    """``f`` defined by ``src`` in a file of its own that inspect can read (as in a notebook)."""
+    name = f"<generated capture loop {_SOURCES.setdefault(src, len(_SOURCES))}>"
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+    env = {"np": np}
+    exec(compile(src, name, "exec"), env)  # noqa: S102 - a generated test program
+    return env["f"]
+
+
+@pytest.mark.parametrize("body", _BODIES)
+@pytest.mark.parametrize("rng", _RANGES)
+@pytest.mark.parametrize("read", _READS)
+def test_generated_loops(body, rng, read):
+    """Loop shapes from a small grammar, captured against unrolled and finite differences;
+    the loops that must be captured are (a conditional read, a write to an array and a loop
+    shorter than MIN_TRIPS are not; ``i // 2`` is not affine)."""
+    src = (
+        "def f(x, y):\n"
+        "    n = len(x)\n"
+        "    c = np.sum(y) * 0.1\n"
+        "    e = 0.25\n"
+        "    g = x[0] * 0.5\n"
+        "    out = np.zeros_like(x)\n"
+        f"    for i in {rng}:\n"
+        f"        {body.format(r=read)}\n"
+        "    return e + g + np.sum(out * out)\n"
+    )
+    f = _generated(src)
+    x, y = RNG.random(24), RNG.random((24, 2))
+    g = against_unrolled(f, x, y, rtol=1e-11)
+    trips = len(eval(rng, {"n": len(x)}))  # noqa: S307 - the grammar's own range
+    plain = not any(s in read + body for s in (" if ", "out[", "//"))
+    assert g.captured[0] >= (1 if plain and trips >= loop_capture.MIN_TRIPS else 0), src
+    if not plain:
+        assert g.captured == (0, 0), src
