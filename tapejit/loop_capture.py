@@ -24,7 +24,8 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from . import tracing
+from . import loop_source, tracing, views
+from .progress import log
 from .ops import Op
 from .passes import reroll
 from .passes.reroll_match import _Fail
@@ -76,48 +77,80 @@ def _run(it, body: Callable, carries: tuple) -> tuple:
     return carries
 
 
-def _capturable(it, carries: tuple, bases: tuple) -> bool:
+def can_capture(it) -> bool:
+    """Whether a loop over ``it`` may be captured: a ``range`` of at least
+    :data:`MIN_TRIPS` iterations, while tracing (not inside a loop body's own trace). The
+    loop as written runs otherwise."""
+    if type(it) is not range:
+        return False
+    try:
+        n = len(it)
+    except OverflowError:  # more than sys.maxsize iterations: the loop as written says what
+        return False
     items = tracing._current.items
-    if len(items) != 1 or items[0].dynamic or type(it) is not range or len(it) < MIN_TRIPS:
-        return False
-    if not carries:
-        return False
-    return all(isinstance(b, tracing.Tracer) and b.level == 1 for b in bases)
+    return n >= MIN_TRIPS and len(items) == 1 and not items[0].dynamic
 
 
-def run_loop(it, body: Callable, carries: tuple, bases: tuple) -> tuple:
-    """The loop ``for v in it: carries = body(v, *carries)`` (see :mod:`tapejit.loop_source`),
-    captured when it can be (see the module docstring): the carries after it, as tracers."""
-    if not _capturable(it, carries, bases):
+def _capturable(carries: tuple, bases: tuple, writes: tuple, invariants: tuple) -> bool:
+    if not carries and not writes:
+        return False
+    if not all(type(b) is tracing.Tracer and b.level == 1 for b in bases):
+        return False
+    if not all(loop_source.inert(v) for v in invariants):
+        return False  # an object whose arithmetic is user code: it must run every iteration
+    # a written array must be a root (the writes of a view go to its base) of its own
+    return all(
+        type(w) is tracing.Tracer and w.level == 1 and w._view is None
+        and w.node.dtype == "f64" for w in writes
+    )  # fmt: skip
+
+
+def run_loop(it: range, body: Callable, carries: tuple, bases: tuple, writes: tuple,
+             invariants: tuple) -> tuple:  # fmt: skip
+    """The loop ``for v in it: carries = body(v, *carries)`` (see :mod:`tapejit.loop_source`;
+    :func:`can_capture` said yes), captured when it can be (see the module docstring): the
+    carries after it, as tracers. ``bases``: the arrays the body reads at the loop variable;
+    ``writes``: the arrays it writes (``y[i] = v``), rebound to the loop's result;
+    ``invariants``: the values of the other names it reads."""
+    if not _capturable(carries, bases, writes, invariants):
         return _run(it, body, carries)
     st = tracing._current.items[0]
     guards, conversion = len(st.guards), st.conversion_error
-    history = [carries]
+    history = [(*carries, *[w.node for w in writes])]
     _reading.capturing, _reading.ok = True, True
     try:
         for k in range(TRACED):
             carries = body(it[k], *carries)
-            history.append(carries)
+            history.append((*carries, *[w.node for w in writes]))
     finally:
         _reading.capturing = False
     rest = it[TRACED:]
     ok = _reading.ok and len(st.guards) == guards and st.conversion_error is conversion
+    ok = ok and all(w._view is None for w in writes)
     if ok:
-        built = _build(history, len(rest), st)
+        built = _build(history, len(carries), len(rest), st)
         if built is not None:
+            for w, node in zip(writes, built[len(carries):]):
+                views.write(w, node, tracing._UNSET)  # as each iteration's write did
             st.captured[0] += len(built)
             st.captured[1] += len(it)
-            return built
+            return tuple(tracing.Tracer(n, tracing._UNSET, 1) for n in built[: len(carries)])
     return _run(rest, body, carries)
 
 
-def _build(history: list[tuple], extra: int, st) -> tuple | None:
-    """The carries after the traced iterations in ``history`` and ``extra`` more, or None."""
+def _build(history: list[tuple], n_carries: int, extra: int, st) -> list | None:
+    """The nodes of the carries (the first ``n_carries`` of each entry of ``history``: tracers)
+    and written arrays (the rest: nodes) after the traced iterations and ``extra`` more."""
     chains = []
     for c in range(len(history[0])):
         chain = []
         for k, h in enumerate(history[1:]):
             t = h[c]
+            if c >= n_carries:  # a written array's node
+                if t is history[k][c] or t.dtype != "f64":
+                    return None
+                chain.append(t)
+                continue
             if not isinstance(t, tracing.Tracer) or t.level != 1 or t.node.dtype != "f64":
                 return None
             if t is history[k][c] or t._view is not None:
@@ -129,21 +162,23 @@ def _build(history: list[tuple], extra: int, st) -> tuple | None:
     for chain in chains:
         number = f"c{st.captured[0] + len(out)}"
         try:
-            node = reroll.extend(chain, ids, extra, number, st.differentiable)
+            out.append(reroll.extend(chain, ids, extra, number, st.differentiable))
         except _Fail:
             return None
-        out.append(tracing.Tracer(node, tracing._UNSET, 1))
-    return tuple(out)
+        except Exception:  # noqa: BLE001 - a bug here must not change a result: run the loop
+            log.warning("capturing a loop failed; it runs as written", exc_info=True)
+            return None
+    return out
 
 
 def prepare(f: Callable) -> Callable:
     """``f`` with its capturable loops rewritten to call :func:`run_loop` (or ``f``; also
     when re-rolling is off, :data:`reroll.ENABLED`: loops then stay unrolled)."""
-    from . import loop_source
-
     if not reroll.ENABLED:
         return f
-    return loop_source.rewrite(f, {"_tj_for": run_loop, "_tj_read": read, "_tj_all": ALL})
+    return loop_source.rewrite(
+        f, {"_tj_for": run_loop, "_tj_read": read, "_tj_all": ALL, "_tj_can": can_capture}
+    )
 
 
-__all__ = ["MIN_TRIPS", "TRACED", "prepare", "read", "run_loop"]
+__all__ = ["MIN_TRIPS", "TRACED", "can_capture", "prepare", "read", "run_loop"]

@@ -12,23 +12,20 @@ enough (:mod:`tapejit.loop_capture` builds the rest), by reading the function's 
 straight-line code: only
 
 * assignments ``v = expr`` and ``v op= expr`` to plain names (and ``pass``);
+* writes ``y[index] = expr`` / ``y[index] op= expr`` into an array the loop does not rebind,
+  at an index affine in the loop variable (a map: ``out[i] = ...``; a scatter-add:
+  ``g[j, 0] += ...``) or at the same index every iteration;
 * expressions of names, number literals, arithmetic operators (``+ - * / // % **``, unary
   ``- +``), the functions of :data:`CALLS` called as ``np.f(...)`` / ``numpy.f(...)`` (numpy
-  imported under that name at module level) with keyword arguments that are literals, and
-  the built-in ``abs``;
+  imported under that name at module level) with keyword arguments that are literals, the
+  built-in ``abs``, and *pure helpers*: module-level functions of the same form (straight-line
+  assignments and one ``return``, no writes; :func:`_pure_code`), ``e = e + pair(r2)``;
 * subscripts. The loop variable may appear only in subscripts of a name the loop does not
   assign (an array read by the loop), as an index that is affine in it — ``x[j]``,
   ``x[j + 1, 0]``, ``x[n - 1 - j, :]``, ``x[2 * j + k]`` with ``n``, ``k`` not assigned by the
-  loop — and nowhere else (not as a number, not in a slice bound, not in a nested range).
-  Subscripts without the loop variable take indices the loop does not assign.
-
-so each iteration runs the same Python code on the same kinds of values: nothing in it can
-branch, call user code, or see the loop variable except through an element read. Names the
-body reads before it assigns them are the loop's *carries*; the other names it assigns
-(temporaries) and the loop variable must not be used anywhere else in the function (their
-values after the loop would be those of the last iteration). ``global``/``nonlocal`` anywhere
-in the function, a source that cannot be read, and a loop that is not of this form: the
-function (or the loop) is traced as written.
+  loop (``len(x)``, ``x.shape[0]`` too) — and nowhere else (not as a number, not in a slice
+  bound, not in a nested range). Subscripts without the loop variable take indices the loop
+  does not assign.
 
 **The rewrite** turns such a loop into ::
 
@@ -36,10 +33,12 @@ function (or the loop) is traced as written.
         d = _tj_read(x, (j + 1,)) - _tj_read(x, (j,))
         e = e + d * d
         return (e,)
-    (e,) = _tj_for(range(n - 1), _tj_body_0, (e,), (x,))
+    (e,) = _tj_for(range(n - 1), _tj_body_0, (e,), (x,), ())   # carries, reads, writes
 
-at the loop's own line numbers (errors and tracebacks point at the user's lines), compiled
-once per code object (:func:`rewrite`). ``_tj_for`` runs the body for every iteration exactly
+at the loop's own line numbers, the body's code named as the function (errors and
+tracebacks point at the user's lines and function), compiled once per code object
+(:func:`rewrite`). The source is used only if, compiled as it is, it gives the function's
+own bytecode (a file edited since the function was defined is not its source). ``_tj_for`` runs the body for every iteration exactly
 as the loop would, unless it can capture the loop (:mod:`tapejit.loop_capture`).
 """
 
@@ -48,6 +47,7 @@ import __future__
 
 import ast
 import builtins
+import copy
 import functools
 import inspect
 import linecache
@@ -72,7 +72,10 @@ CALLS = frozenset(
 )
 
 _OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
-_HELPERS = ("_tj_for", "_tj_read", "_tj_all")
+_HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can")
+#: Built-ins that let code read or change a function's variables by name: a function using
+#: any of them is never rewritten (its loop's temporaries would not be where it looks).
+_INTROSPECTION = frozenset({"eval", "exec", "locals", "vars", "globals", "dir", "__import__"})
 _FUTURE_FLAGS = 0
 for _feature in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
@@ -99,9 +102,16 @@ class _Loop:
         self.assigned: list[str] = []
         self.carries: list[str] = []
         self.bases: list[str] = []
+        self.writes: list[str] = []  # arrays written by subscript: y[i] = v, y[i] += v
         for st in node.body:
             self._statement(st)
         self.temps = [v for v in self.assigned if v not in self.carries]
+        # the other names the body reads: values the same in every iteration, whose types
+        # loop_capture checks (numbers, numeric arrays, traced values: nothing that runs code)
+        loads = {n.id for st in node.body for n in ast.walk(st)
+                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}  # fmt: skip
+        skip = {self.var, *self.assigned, *self.bases, *self.writes, *modules, *pure}
+        self.invariants = sorted(loads - skip)
 
     def _statement(self, st: ast.stmt) -> None:
         if isinstance(st, ast.Pass) or (
@@ -114,7 +124,13 @@ class _Loop:
             target, value, reads_target = st.target, st.value, True
         else:
             raise _NotCapturable
+        if isinstance(target, ast.Subscript):
+            return self._write(target, value)
         if not isinstance(target, ast.Name) or target.id == self.var:
+            raise _NotCapturable
+        if reads_target and target.id in self.assigned:
+            # `t += v` on a value assigned in this iteration: in place if it is an array, and
+            # it may be another array or a view (t = y; t += v writes y)
             raise _NotCapturable
         self._expr(value)
         for name in _names(value) | ({target.id} if reads_target else set()):
@@ -123,6 +139,20 @@ class _Loop:
                     self.carries.append(name)  # read before the body assigns it: carried
         if target.id not in self.assigned:
             self.assigned.append(target.id)
+
+    def _write(self, target: ast.Subscript, value: ast.expr) -> None:
+        """``y[index] = value`` (or ``op=``): an array the loop does not rebind, written at
+        an index affine in the loop variable (or the same index every iteration)."""
+        y = target.value
+        if not isinstance(y, ast.Name) or y.id == self.var or y.id in self._all_assigned():
+            raise _NotCapturable
+        self._expr(value)
+        if self.var in _names(target.slice):
+            self._loop_index(target.slice)
+        else:
+            self._invariant_index(target.slice)
+        if y.id not in self.writes:
+            self.writes.append(y.id)
 
     def _assigned_later(self, name: str) -> bool:
         return any(
@@ -179,9 +209,17 @@ class _Loop:
             self._invariant_index(e.slice)
             return
         # an element read at an index affine in the loop variable, of an array the loop reads
-        if not isinstance(e.value, ast.Name) or e.value.id == self.var:
+        # (and does not assign: the read's array is evaluated before the loop)
+        if (not isinstance(e.value, ast.Name) or e.value.id == self.var
+                or e.value.id in self._all_assigned()):  # fmt: skip
             raise _NotCapturable
-        items = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+        self._loop_index(e.slice)
+        if e.value.id not in self.bases:
+            self.bases.append(e.value.id)
+
+    def _loop_index(self, index: ast.expr) -> None:
+        """Integers affine in the loop variable, or invariant, and ``:``."""
+        items = index.elts if isinstance(index, ast.Tuple) else [index]
         for it in items:
             if isinstance(it, ast.Slice):
                 if it.lower or it.upper or it.step:
@@ -190,8 +228,6 @@ class _Loop:
                 self._affine(it)
             else:
                 self._invariant(it)
-        if e.value.id not in self.bases:
-            self.bases.append(e.value.id)
 
     def _affine(self, e: ast.expr) -> None:
         """``e`` is ``var``, or ``a + b*var`` built with + - * and unary minus from it and
@@ -266,15 +302,27 @@ class _Rewriter(ast.NodeTransformer):
         self.f_locals = f_locals
         self.pure = pure
         self.count = 0
+        self.handlers = 0  # enclosing try / with statements
 
     def visit_FunctionDef(self, node):  # nested functions are traced as they are
         return node if node is not self.fn else self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
 
+    def visit_Try(self, node):
+        """A loop inside ``try`` or ``with`` stays as it is: an exception it raises may be
+        caught, and the code after sees the variables as the loop left them."""
+        self.handlers += 1
+        try:
+            return self.generic_visit(node)
+        finally:
+            self.handlers -= 1
+
+    visit_TryStar = visit_With = visit_AsyncWith = visit_Try
+
     def visit_For(self, node: ast.For):
         self.generic_visit(node)
-        if node.orelse or not isinstance(node.target, ast.Name):
+        if self.handlers or node.orelse or not isinstance(node.target, ast.Name):
             return node
         if any(isinstance(n, (ast.For, ast.While)) for st in node.body for n in ast.walk(st)):
             return node
@@ -287,9 +335,19 @@ class _Rewriter(ast.NodeTransformer):
         return self._replace(loop)
 
     def _replace(self, loop: _Loop) -> list[ast.stmt]:
+        """The loop as ::
+
+            def _tj_body_k(var, *carries): <body, element reads checked>; return carries
+            _tj_it_k = <iterable>
+            if _tj_can(_tj_it_k):     # a range long enough, while tracing
+                carries = _tj_for(_tj_it_k, _tj_body_k, carries, reads, writes, invariants)
+            else:
+                for var in _tj_it_k: <body>      # the loop as written
+        """
         k = self.count
         self.count += 1
         node = loop.node
+        original = copy.deepcopy(node)
         body = [_Reads(loop).visit(st) for st in node.body]
         carries = loop.carries
         ret = ast.Return(_tuple(carries, ast.Load()))
@@ -297,16 +355,22 @@ class _Rewriter(ast.NodeTransformer):
             posonlyargs=[], args=[ast.arg(a) for a in [loop.var, *carries]], vararg=None,
             kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
         )  # fmt: skip
-        name = f"_tj_body_{k}"
+        name, it = f"_tj_body_{k}", f"_tj_it_{k}"
         fdef = ast.FunctionDef(name, args, [*body, ret], [], None, None, type_params=[])
         call = ast.Call(
             ast.Name("_tj_for", ast.Load()),
-            [node.iter, ast.Name(name, ast.Load()), _tuple(carries, ast.Load()),
-             _tuple(loop.bases, ast.Load())],
+            [ast.Name(it, ast.Load()), ast.Name(name, ast.Load()), _tuple(carries, ast.Load()),
+             _tuple(loop.bases, ast.Load()), _tuple(loop.writes, ast.Load()),
+             _tuple(loop.invariants, ast.Load())],
             [],
         )  # fmt: skip
-        assign = ast.Assign([_tuple(carries, ast.Store())], call)
-        out = [fdef, assign]
+        original.iter = ast.Name(it, ast.Load())
+        branch = ast.If(
+            ast.Call(ast.Name("_tj_can", ast.Load()), [ast.Name(it, ast.Load())], []),
+            [ast.Assign([_tuple(carries, ast.Store())], call)],
+            [original],
+        )
+        out = [fdef, ast.Assign([ast.Name(it, ast.Store())], node.iter), branch]
         for st in out:
             ast.copy_location(st, node)
             ast.fix_missing_locations(st)
@@ -325,6 +389,8 @@ class _Reads(ast.NodeTransformer):
         self.var = loop.var
 
     def visit_Subscript(self, e: ast.Subscript):
+        if isinstance(e.ctx, ast.Store):  # a write: y[i] = v
+            return e
         self.generic_visit(e)
         if self.var not in _names(e.slice):
             return e
@@ -364,7 +430,9 @@ def _private(fn: ast.FunctionDef, loop: ast.For, names: list[str]) -> bool:
             if not (isinstance(n, ast.Name) and n.id == name):
                 continue
             owners = [f for f in fors if any(m is n for m in ast.walk(f))
-                      and not any(m is n for m in ast.walk(f.iter))]  # fmt: skip
+                      and not any(m is n for m in ast.walk(f.iter))
+                      and not any(m is loop for m in ast.walk(f))]  # fmt: skip
+            # (a loop around this one runs it, then reads what it left: not an owner)
             if not any(_assigns_first(f, name) for f in owners):
                 return False
     return True
@@ -448,7 +516,7 @@ def _rewritten_code(code: types.CodeType, source: str, modules: frozenset,
         return None
     if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
         return None
-    if _names(fn) & set(_HELPERS):
+    if any(n.startswith("_tj_") for n in _names(fn)) or _names(fn) & _INTROSPECTION:
         return None
     fn.decorator_list = []
     ast.increment_lineno(tree, code.co_firstlineno - 1)
@@ -460,15 +528,29 @@ def _rewritten_code(code: types.CodeType, source: str, modules: frozenset,
     rw.visit(fn)
     if not rw.count:
         return None
-    return _compile_function(fn, code, [*code.co_freevars, *_HELPERS], imported)
+    new = _compile_function(fn, code, [*code.co_freevars, *_HELPERS], imported)
+    return _renamed_bodies(new, code.co_name, code.co_qualname)
+
+
+def _renamed_bodies(code: types.CodeType, name: str, qualname: str) -> types.CodeType:
+    """``code`` with its loop bodies' code objects named as the function (so that errors and
+    tracebacks inside a body say ``in f()``, the user's function, as the loop did)."""
+    consts = tuple(
+        c.replace(co_name=name, co_qualname=qualname)
+        if isinstance(c, types.CodeType) and c.co_name.startswith("_tj_body_") else c
+        for c in code.co_consts
+    )  # fmt: skip
+    return code.replace(co_consts=consts)
 
 
 def _fixed_names(g: dict) -> frozenset:
     """The names in module globals ``g`` that are numpy, and the built-ins ``abs`` and
     ``len`` unless the module has its own."""
     out = {k for k, v in g.items() if v is np}
+    b = g.get("__builtins__", builtins)
+    b = b if isinstance(b, dict) else vars(b)  # the module's built-ins (a module or a dict)
     for name in ("abs", "len"):
-        if g.get(name, getattr(builtins, name)) is getattr(builtins, name):
+        if g.get(name, b.get(name)) is getattr(builtins, name):
             out.add(name)
     return frozenset(out)
 
@@ -504,39 +586,60 @@ def _is_pure(h: types.FunctionType, depth: int) -> bool:
     imported = _imported_names(code.co_filename, module_source)
     pure = _pure_names(h.__globals__, code, depth - 1)
     try:
-        return _pure_code(code, source, _fixed_names(h.__globals__), imported, pure)
+        reads = _pure_code(code, source, _fixed_names(h.__globals__), imported, pure)
     except (SyntaxError, StopIteration, ValueError):
         return False
+    g = h.__globals__
+    return reads is not None and all(n in g and inert(g[n]) for n in reads)
+
+
+def inert(v, depth: int = 2) -> bool:
+    """Whether ``v`` is a value whose arithmetic runs no user code, the same in every call:
+    a Python or numpy number, a numeric numpy array (exactly, not a subclass), a traced
+    value, or a tuple or list of those."""
+    from .tracing import Tracer
+
+    t = type(v)
+    if t in (int, float, bool, Tracer) or isinstance(v, (np.floating, np.integer, np.bool_)):
+        return True
+    if t is np.ndarray:
+        return v.dtype.kind in "biuf"
+    if t in (tuple, list) and depth > 0:
+        return all(inert(e, depth - 1) for e in v)
+    return False
 
 
 @functools.lru_cache(maxsize=256)
 def _pure_code(code: types.CodeType, source: str, modules: frozenset, imported: frozenset,
-               pure: frozenset) -> bool:  # fmt: skip
+               pure: frozenset) -> frozenset | None:  # fmt: skip
     """Whether the function of ``code`` (its source ``source``) is a *pure helper*: straight-
     line assignments to its own names and one final ``return``, every expression of the form
     a captured loop body may have (numpy calls, arithmetic, subscripts at indices it computes
     from its arguments and constants, other pure helpers). Called in a captured loop, it
-    runs the same code on the same kinds of values in every iteration."""
+    runs the same code on the same kinds of values in every iteration. Returns the global
+    names it reads (their values must be :func:`inert`), or ``None``: not a pure helper."""
     tree = ast.parse(source)
     fn = tree.body[0]
     if not isinstance(fn, ast.FunctionDef) or fn.name != code.co_name:
-        return False
+        return None
     fn.decorator_list = []
     ast.increment_lineno(tree, code.co_firstlineno - 1)
     if _fingerprint(_compile_function(fn, code, [], imported)) != _fingerprint(code):
-        return False
+        return None
     *body, last = fn.body
     if not isinstance(last, ast.Return) or last.value is None:
-        return False
+        return None
     f_locals = set(code.co_varnames)
     result = ast.Assign([ast.Name("_tj_result", ast.Store())], last.value)
     # checked as the body of a loop whose variable occurs nowhere (the helper cannot see it)
     loop = ast.For(ast.Name("_tj_no_var", ast.Store()), ast.Constant(None), [*body, result], [])
     try:
-        _Loop(loop, {m for m in modules if m not in f_locals}, f_locals, pure)
+        checked = _Loop(loop, {m for m in modules if m not in f_locals}, f_locals, pure)
     except _NotCapturable:
-        return False
-    return True
+        return None
+    if checked.writes or _names(fn) & _INTROSPECTION:
+        return None  # a write into an argument is a side effect
+    return frozenset(n for n in checked.invariants if n not in f_locals)
 
 
 def rewrite(f: Callable, helpers: dict) -> Callable:

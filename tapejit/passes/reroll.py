@@ -437,27 +437,33 @@ def extend(chain: list[Node], chain_ids: set[int], extra: int, number: str, diff
 
     The caller vouches that every iteration traces the same (the loop's source says so):
     this checks that the traced ones match one template from some iteration to the last,
-    with no integer constant varying and no written position, and that every element read
+    with no integer constant varying, and that every element read and written position
     stays in bounds over all ``extra`` iterations. Raises ``_Fail`` otherwise."""
     runs = _find_runs(chain, chain_ids, set(), None, min_run=3)
     if not runs or runs[-1].hi != len(chain) - 1:
         raise _Fail
     run = runs[-1]
     tpl = run.tpl
-    if tpl.root_varies or any(tpl.kind[id(r)] in ("iconst", "rmw") for r in tpl.leaves):
+    if any(tpl.kind[id(r)] == "iconst" for r in tpl.leaves):
         raise _Fail
+    if run.init is None or len({id(n) for n in chain}) != len(chain):
+        raise _Fail  # an iteration that does not read its carry, or changes nothing
     run.extra = extra
     last = run.trips - 1
-    for r in tpl.leaves:
-        if tpl.kind[id(r)] != "xs":
-            continue
-        first = run.first[id(r)]
-        pattern, ints = _split_items(first.attrs)
+
+    def in_bounds(items: tuple, steps: tuple, shape: tuple) -> None:
+        pattern, ints = _split_items(items)
         axes = [p for p, it in enumerate(pattern) if it is None]
-        shape = first.args[0].type.shape
-        for ax, a, b in zip(axes, ints, run.steps[id(r)]):
+        for ax, a, b in zip(axes, ints, steps):
             if not 0 <= a + b * last < shape[ax]:
                 raise _Fail  # the index leaves the array (or wraps around, negative)
+
+    for r in tpl.leaves:
+        if tpl.kind[id(r)] == "xs":
+            first = run.first[id(r)]
+            in_bounds(first.attrs, run.steps[id(r)], first.args[0].type.shape)
+    if tpl.root_varies:  # a map: the written positions
+        in_bounds(run.root_first_items, run.root_step, chain[-1].type.shape)
     node, _ = _build_loop(run, chain, number, diff)
     return node
 
