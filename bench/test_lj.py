@@ -1,6 +1,7 @@
 """The Lennard-Jones energy of N atoms written as Python loops — row by row (iteration i works
 on a slice of N-1-i rows, so the traced program has N-1 kernels of each shape, one per length,
-``tests/test_kernels.py``) and as a scalar double loop over pairs (re-rolled into native loops)
+``tests/test_kernels.py``) and as a scalar double loop over pairs (its inner loops captured while
+tracing: tapejit/loop_capture.py)
 — tapejit against hand-written gradients.
 
     E = sum_{i<j} 4 (s_ij^2 - s_ij),   s_ij = 1 / r2_ij^3,   r2_ij = |x_j - x_i|^2
@@ -28,7 +29,7 @@ import tapejit as tj
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from pair_potential import lattice, lj_grad_numpy, lj_pairs, lj_rows  # noqa: E402  (the models)
 
-SIZES = [64, 256]
+SIZES = [64, 256, 1024]
 RTOL, RTOL_FAST = 1e-11, 1e-10
 GRAD = "LJ gradient, rows and scalar pair-loop forms, one call from Python (µs per call)"
 COLD = "LJ models: cold compile + first call (ms)"
@@ -131,5 +132,6 @@ def test_cold_first_call(benchmark, case, form):
         tj.compile(FORMS[form], pos, cache=False)(pos, out=g)
 
     tag(benchmark, COLD, f"N={n}", f"tapejit cold, {form}", unit="ms")
-    benchmark.pedantic(cold, rounds=1 if form == "pair loop" and n > 64 else 3, iterations=1)
+    benchmark.pedantic(cold, rounds=1 if n > 256 or (form == "pair loop" and n > 64) else 3,
+                       iterations=1)  # fmt: skip
     _check(g, ref, RTOL, "tapejit cold")

@@ -38,26 +38,25 @@ straight-line code: only
 at the loop's own line numbers, the body's code named as the function (errors and
 tracebacks point at the user's lines and function), compiled once per code object
 (:func:`rewrite`). The source is used only if, compiled as it is, it gives the function's
-own bytecode (a file edited since the function was defined is not its source). ``_tj_for`` runs the body for every iteration exactly
+own bytecode (:mod:`tapejit.source_code`: a file edited since the function was defined is not
+its source). ``_tj_for`` runs the body for every iteration exactly
 as the loop would, unless it can capture the loop (:mod:`tapejit.loop_capture`).
 """
 
 from __future__ import annotations
-import __future__
 
 import ast
 import builtins
 import copy
 import functools
 import inspect
-import linecache
 import os
-import symtable
-import textwrap
 import types
 from typing import Callable
 
 import numpy as np
+
+from . import source_code
 
 #: Whether tracing rewrites capturable loops (``TAPEJIT_CAPTURE=0`` in the environment: off).
 ENABLED = os.environ.get("TAPEJIT_CAPTURE", "1") not in ("", "0")
@@ -76,9 +75,6 @@ _HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can")
 #: Built-ins that let code read or change a function's variables by name: a function using
 #: any of them is never rewritten (its loop's temporaries would not be where it looks).
 _INTROSPECTION = frozenset({"eval", "exec", "locals", "vars", "globals", "dir", "__import__"})
-_FUTURE_FLAGS = 0
-for _feature in __future__.all_feature_names:
-    _FUTURE_FLAGS |= getattr(__future__, _feature).compiler_flag
 
 
 class _NotCapturable(Exception):
@@ -459,76 +455,23 @@ def _assigns_first(f: ast.For, name: str) -> bool:
     return False
 
 
-def _fingerprint(code: types.CodeType) -> tuple:
-    """What a code object computes (its bytecode, names and constants, nested functions'
-    too), without its line numbers."""
-    consts = tuple(_fingerprint(c) if isinstance(c, types.CodeType) else (type(c), c)
-                   for c in code.co_consts)  # fmt: skip
-    return (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
-            code.co_argcount, code.co_kwonlyargcount, code.co_flags & ~inspect.CO_NESTED,
-            consts)  # fmt: skip
-
-
-@functools.lru_cache(maxsize=64)
-def _imported_names(filename: str, source: str) -> frozenset:
-    """Names that module-level imports bind in the module ``source`` (CPython compiles
-    ``name.attr(...)`` differently when ``name`` is an imported one)."""
-    try:
-        table = symtable.symtable(source, filename, "exec")
-    except (SyntaxError, ValueError):
-        return frozenset()
-    return frozenset(s.get_name() for s in table.get_symbols() if s.is_imported())
-
-
-def _compile_function(fn: ast.FunctionDef, code: types.CodeType, free: list[str],
-                      imported: frozenset) -> types.CodeType:  # fmt: skip
-    """``fn`` compiled as a function whose free variables are ``free`` (the names of an outer
-    function it is defined in, so that the result can be given cells), in a module that
-    imports ``imported`` as the function's own module does."""
-    outer = ast.FunctionDef(
-        "_tj_outer",
-        ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
-                      kwarg=None, defaults=[]),  # fmt: skip
-        [*[ast.Assign([ast.Name(n, ast.Store())], ast.Constant(None)) for n in free],
-         fn, ast.Return(ast.Name(fn.name, ast.Load()))],  # fmt: skip
-        [], None, None, type_params=[],
-    )  # fmt: skip
-    imports = [ast.Import([ast.alias(n)]) for n in sorted(imported)]
-    mod = ast.Module([*imports, outer], [])
-    ast.fix_missing_locations(mod)
-    flags = code.co_flags & _FUTURE_FLAGS  # the module's `from __future__` imports
-    compiled = compile(mod, code.co_filename, "exec", flags=flags, dont_inherit=True)
-    outer_code = next(c for c in compiled.co_consts if isinstance(c, types.CodeType))
-    return next(
-        c for c in outer_code.co_consts if isinstance(c, types.CodeType) and c.co_name == fn.name
-    )
-
-
 @functools.lru_cache(maxsize=256)
 def _rewritten_code(code: types.CodeType, source: str, modules: frozenset,
                     imported: frozenset, pure: frozenset) -> types.CodeType | None:  # fmt: skip
     """The code object of the rewritten function, or ``None``: nothing to capture, or the
     source read is not that of ``code`` (the file changed since the function was defined:
     the source compiled as it is must give ``code``'s bytecode)."""
-    tree = ast.parse(source)
-    fn = tree.body[0]
-    if not isinstance(fn, ast.FunctionDef) or fn.name != code.co_name:
-        return None
-    if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
+    fn = source_code.checked_function(code, source, imported)
+    if fn is None or any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
         return None
     if any(n.startswith("_tj_") for n in _names(fn)) or _names(fn) & _INTROSPECTION:
-        return None
-    fn.decorator_list = []
-    ast.increment_lineno(tree, code.co_firstlineno - 1)
-    original = _compile_function(fn, code, list(code.co_freevars), imported)
-    if _fingerprint(original) != _fingerprint(code):
         return None
     f_locals = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
     rw = _Rewriter(fn, {m for m in modules if m not in f_locals}, f_locals, pure)
     rw.visit(fn)
     if not rw.count:
         return None
-    new = _compile_function(fn, code, [*code.co_freevars, *_HELPERS], imported)
+    new = source_code.compile_function(fn, code, [*code.co_freevars, *_HELPERS], imported)
     return _renamed_bodies(new, code.co_name, code.co_qualname)
 
 
@@ -578,12 +521,10 @@ def _is_pure(h: types.FunctionType, depth: int) -> bool:
         | inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
     ):
         return False
-    try:
-        source = textwrap.dedent(inspect.getsource(h))
-    except (OSError, TypeError):
+    read = source_code.read(h)
+    if read is None:
         return False
-    module_source = "".join(linecache.getlines(code.co_filename, h.__globals__))
-    imported = _imported_names(code.co_filename, module_source)
+    source, imported = read
     pure = _pure_names(h.__globals__, code, depth - 1)
     try:
         reads = _pure_code(code, source, _fixed_names(h.__globals__), imported, pure)
@@ -618,13 +559,8 @@ def _pure_code(code: types.CodeType, source: str, modules: frozenset, imported: 
     from its arguments and constants, other pure helpers). Called in a captured loop, it
     runs the same code on the same kinds of values in every iteration. Returns the global
     names it reads (their values must be :func:`inert`), or ``None``: not a pure helper."""
-    tree = ast.parse(source)
-    fn = tree.body[0]
-    if not isinstance(fn, ast.FunctionDef) or fn.name != code.co_name:
-        return None
-    fn.decorator_list = []
-    ast.increment_lineno(tree, code.co_firstlineno - 1)
-    if _fingerprint(_compile_function(fn, code, [], imported)) != _fingerprint(code):
+    fn = source_code.checked_function(code, source, imported)
+    if fn is None:
         return None
     *body, last = fn.body
     if not isinstance(last, ast.Return) or last.value is None:
@@ -651,13 +587,11 @@ def rewrite(f: Callable, helpers: dict) -> Callable:
         return f
     if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         return f
-    try:
-        source = textwrap.dedent(inspect.getsource(f))
-    except (OSError, TypeError):
+    read = source_code.read(f)
+    if read is None:
         return f
+    source, imported = read
     modules = _fixed_names(f.__globals__)
-    module_source = "".join(linecache.getlines(code.co_filename, f.__globals__))
-    imported = _imported_names(code.co_filename, module_source)
     pure = _pure_names(f.__globals__, code, _PURE_DEPTH)
     try:
         new = _rewritten_code(code, source, modules, imported, pure)
