@@ -1,13 +1,14 @@
-"""A scalarised model: a Python loop over elements, compiled as straight-line code.
+"""A scalarised model: a Python loop over elements, compiled to a native loop.
 
     python examples/element_loop.py [n]
 
 Each iteration of the loop in ``chain_energy`` is a handful of scalar operations on two
-neighbouring elements, so the trace is ~20 scalar nodes per element, all straight-line code
-(no array op to fuse into a loop). tapejit splits long straight-line code into chained native
-functions of bounded size (``codegen/lower.py``, ``CHUNK_NODES``), so compile time grows
-linearly with n instead of superlinearly. The gradient is checked against the hand-derived,
-vectorised numpy gradient.
+neighbouring elements. Its body is straight-line code, so tracing runs 6 iterations and builds
+the loop from them (``tapejit/loop_capture.py``): the compiled gradient is one vectorised sum
+and its adjoint, and compile time is the same for n = 100 and n = 10,000. (With capturing and
+re-rolling off, ``TAPEJIT_REROLL=0``, the loop is traced element by element into straight-line
+code, which ``codegen/lower.py`` splits into chained functions of bounded size.) The gradient
+is checked against the hand-derived, vectorised numpy gradient.
 """
 
 from __future__ import annotations
@@ -56,8 +57,10 @@ def main(n: int = 1000) -> None:
     chunks = grad.ir("llvm").count(f'define internal i32 @"tj_{grad.name}.c')
     per_call = min(timeit.repeat(lambda: grad(x, out=g), number=200, repeat=5)) / 200
     numpy_call = min(timeit.repeat(lambda: numpy_grad(x, g), number=200, repeat=5)) / 200
+    captured = grad.stats["reroll"]["captured"]
     print(
-        f"n = {n}: {grad.stats['nodes']['opt']} IR nodes, straight-line code in {chunks + 1} functions"
+        f"n = {n}: {grad.stats['nodes']['opt']} IR nodes, {captured['iterations']} iterations "
+        f"captured in {captured['loops']} loop(s), code in {chunks + 1} function(s)"
     )
     print(f"compile + first call: {compile_s:.2f} s")
     print(f"gradient call: {per_call * 1e6:.1f} us (vectorised numpy: {numpy_call * 1e6:.1f} us)")

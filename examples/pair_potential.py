@@ -6,7 +6,8 @@ compiled to a native gradient and checked and timed against a hand-written numpy
 Iteration i of the loop works on the N-1-i atoms after atom i: N-1 slices of different lengths.
 tapejit compiles them into one kernel function that takes the length as an argument, so compile
 time does not grow with N. ``lj_pairs`` is the same energy as a scalar loop over pairs: tracing
-runs its N(N-1)/2 iterations, and tapejit re-rolls them into native loops.
+runs a few iterations of each inner loop and builds the rest as a native loop (its body is
+straight-line code, so every iteration is the same), instead of running all N(N-1)/2.
 
     python examples/pair_potential.py [N]
 """
