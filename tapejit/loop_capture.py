@@ -91,9 +91,12 @@ def can_capture(it) -> bool:
     return n >= MIN_TRIPS and len(items) == 1 and not items[0].dynamic
 
 
-def _capturable(carries: tuple, bases: tuple, writes: tuple, invariants: tuple) -> bool:
+def _capturable(carries: tuple, bases: tuple, writes: tuple, invariants: tuple,
+                helpers: tuple) -> bool:  # fmt: skip
     if not carries and not writes:
         return False
+    if not all(loop_source.pure_helper(h) for h in helpers):
+        return False  # a helper or a value it reads is no longer what the source said
     if not all(type(b) is tracing.Tracer and b.level == 1 for b in bases):
         return False
     if not all(loop_source.inert(v) for v in invariants):
@@ -106,13 +109,14 @@ def _capturable(carries: tuple, bases: tuple, writes: tuple, invariants: tuple) 
 
 
 def run_loop(it: range, body: Callable, carries: tuple, bases: tuple, writes: tuple,
-             invariants: tuple) -> tuple:  # fmt: skip
+             invariants: tuple, helpers: tuple = ()) -> tuple:  # fmt: skip
     """The loop ``for v in it: carries = body(v, *carries)`` (see :mod:`tapejit.loop_source`;
     :func:`can_capture` said yes), captured when it can be (see the module docstring): the
     carries after it, as tracers. ``bases``: the arrays the body reads at the loop variable;
     ``writes``: the arrays it writes (``y[i] = v``), rebound to the loop's result;
-    ``invariants``: the values of the other names it reads."""
-    if not _capturable(carries, bases, writes, invariants):
+    ``invariants``: the values of the other names it reads; ``helpers``: the pure helpers it
+    calls."""
+    if not _capturable(carries, bases, writes, invariants, helpers):
         return _run(it, body, carries)
     st = tracing._current.items[0]
     guards, conversion = len(st.guards), st.conversion_error

@@ -75,6 +75,7 @@ _HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can")
 #: Built-ins that let code read or change a function's variables by name: a function using
 #: any of them is never rewritten (its loop's temporaries would not be where it looks).
 _INTROSPECTION = frozenset({"eval", "exec", "locals", "vars", "globals", "dir", "__import__"})
+_FRAME_ATTRIBUTES = frozenset({"_getframe", "currentframe", "f_locals", "f_back", "stack"})
 
 
 class _NotCapturable(Exception):
@@ -99,6 +100,7 @@ class _Loop:
         self.carries: list[str] = []
         self.bases: list[str] = []
         self.writes: list[str] = []  # arrays written by subscript: y[i] = v, y[i] += v
+        self.helpers: list[str] = []  # pure helpers called (checked again when the loop runs)
         for st in node.body:
             self._statement(st)
         self.temps = [v for v in self.assigned if v not in self.carries]
@@ -121,7 +123,9 @@ class _Loop:
         else:
             raise _NotCapturable
         if isinstance(target, ast.Subscript):
-            return self._write(target, value)
+            self._write(target, value)
+            self._carried(_names(value) | _names(target.slice))
+            return
         if not isinstance(target, ast.Name) or target.id == self.var:
             raise _NotCapturable
         if reads_target and target.id in self.assigned:
@@ -129,12 +133,16 @@ class _Loop:
             # it may be another array or a view (t = y; t += v writes y)
             raise _NotCapturable
         self._expr(value)
-        for name in _names(value) | ({target.id} if reads_target else set()):
-            if name not in self.assigned and name not in self.carries:
-                if self._assigned_later(name):
-                    self.carries.append(name)  # read before the body assigns it: carried
+        self._carried(_names(value) | ({target.id} if reads_target else set()))
         if target.id not in self.assigned:
             self.assigned.append(target.id)
+
+    def _carried(self, read: set[str]) -> None:
+        """Names read before the body assigns them (in this iteration) are carried."""
+        for name in read:
+            if name not in self.assigned and name not in self.carries:
+                if self._assigned_later(name):
+                    self.carries.append(name)
 
     def _write(self, target: ast.Subscript, value: ast.expr) -> None:
         """``y[index] = value`` (or ``op=``): an array the loop does not rebind, written at
@@ -182,7 +190,8 @@ class _Loop:
         if isinstance(f, ast.Name) and f.id == "abs" and "abs" in self.modules:
             pass
         elif isinstance(f, ast.Name) and f.id in self.pure and f.id not in self.f_locals:
-            pass  # a helper of the same form: the same code for every call
+            if f.id not in self.helpers:  # a helper of the same form: the same every call
+                self.helpers.append(f.id)
         elif not (
             isinstance(f, ast.Attribute)
             and isinstance(f.value, ast.Name)
@@ -336,7 +345,8 @@ class _Rewriter(ast.NodeTransformer):
             def _tj_body_k(var, *carries): <body, element reads checked>; return carries
             _tj_it_k = <iterable>
             if _tj_can(_tj_it_k):     # a range long enough, while tracing
-                carries = _tj_for(_tj_it_k, _tj_body_k, carries, reads, writes, invariants)
+                carries = _tj_for(_tj_it_k, _tj_body_k, carries, reads, writes, invariants,
+                                  helpers)
             else:
                 for var in _tj_it_k: <body>      # the loop as written
         """
@@ -357,7 +367,7 @@ class _Rewriter(ast.NodeTransformer):
             ast.Name("_tj_for", ast.Load()),
             [ast.Name(it, ast.Load()), ast.Name(name, ast.Load()), _tuple(carries, ast.Load()),
              _tuple(loop.bases, ast.Load()), _tuple(loop.writes, ast.Load()),
-             _tuple(loop.invariants, ast.Load())],
+             _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
             [],
         )  # fmt: skip
         original.iter = ast.Name(it, ast.Load())
@@ -414,12 +424,16 @@ def _private(fn: ast.FunctionDef, loop: ast.For, names: list[str]) -> bool:
     scopes = [n for n in ast.walk(fn) if isinstance(n, (ast.Lambda, ast.FunctionDef,
                                                           ast.AsyncFunctionDef)) and n is not fn]
     for name in names:
+        if _bound_otherwise(fn, loop, name):
+            return False
         shadowed = set()
         for sc in scopes:
             a = sc.args
             if any(p.arg == name for p in [*a.posonlyargs, *a.args, *a.kwonlyargs,
                                            *filter(None, [a.vararg, a.kwarg])]):  # fmt: skip
-                shadowed |= {id(n) for n in ast.walk(sc)}
+                # the body only: defaults, decorators and annotations are evaluated outside
+                body = sc.body if isinstance(sc.body, list) else [sc.body]
+                shadowed |= {id(n) for st in body for n in ast.walk(st)}
         for n in ast.walk(fn):
             if id(n) in inside or id(n) in shadowed or n is loop.target:
                 continue
@@ -432,6 +446,26 @@ def _private(fn: ast.FunctionDef, loop: ast.For, names: list[str]) -> bool:
             if not any(_assigns_first(f, name) for f in owners):
                 return False
     return True
+
+
+def _bound_otherwise(fn: ast.FunctionDef, loop: ast.For, name: str) -> bool:
+    """Whether ``fn`` binds ``name`` outside ``loop`` other than by a plain name: an import
+    alias, a ``def`` or ``class``, an ``except ... as``, a parameter."""
+    inside = {id(n) for st in loop.body for n in ast.walk(st)}
+    for n in ast.walk(fn):
+        if id(n) in inside:
+            continue
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            if any((a.asname or a.name.split(".")[0]) == name for a in n.names):
+                return True
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if n is not fn and n.name == name:
+                return True
+        elif isinstance(n, ast.ExceptHandler) and n.name == name:
+            return True
+    a = fn.args
+    return any(p.arg == name for p in [*a.posonlyargs, *a.args, *a.kwonlyargs,
+                                       *filter(None, [a.vararg, a.kwarg])])  # fmt: skip
 
 
 def _assigns_first(f: ast.For, name: str) -> bool:
@@ -465,6 +499,8 @@ def _rewritten_code(code: types.CodeType, source: str, modules: frozenset,
     if fn is None or any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
         return None
     if any(n.startswith("_tj_") for n in _names(fn)) or _names(fn) & _INTROSPECTION:
+        return None
+    if any(isinstance(n, ast.Attribute) and n.attr in _FRAME_ATTRIBUTES for n in ast.walk(fn)):
         return None
     f_locals = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
     rw = _Rewriter(fn, {m for m in modules if m not in f_locals}, f_locals, pure)
@@ -514,6 +550,12 @@ def _pure_names(g: dict, code: types.CodeType, depth: int) -> frozenset:
     return frozenset(out)
 
 
+def pure_helper(h) -> bool:
+    """Whether ``h`` is a pure helper now, its globals and defaults included (a captured loop
+    asks again when it runs: the function may have changed a module global since)."""
+    return isinstance(h, types.FunctionType) and _is_pure(h, _PURE_DEPTH)
+
+
 def _is_pure(h: types.FunctionType, depth: int) -> bool:
     code = h.__code__
     if code.co_freevars or code.co_flags & (
@@ -531,7 +573,15 @@ def _is_pure(h: types.FunctionType, depth: int) -> bool:
     except (SyntaxError, StopIteration, ValueError):
         return False
     g = h.__globals__
-    return reads is not None and all(n in g and inert(g[n]) for n in reads)
+    defaults = [*(h.__defaults__ or ()), *(h.__kwdefaults__ or {}).values()]
+    return (reads is not None and all(n in g and inert(g[n]) for n in reads)
+            and all(inert(v) for v in defaults))  # fmt: skip
+
+
+_NUMPY_SCALARS = frozenset(
+    t for t in set(np.sctypeDict.values())
+    if issubclass(t, (np.floating, np.integer, np.bool_)) and t is not np.timedelta64
+)  # the exact types: a subclass may define its own arithmetic
 
 
 def inert(v, depth: int = 2) -> bool:
@@ -541,7 +591,7 @@ def inert(v, depth: int = 2) -> bool:
     from .tracing import Tracer
 
     t = type(v)
-    if t in (int, float, bool, Tracer) or isinstance(v, (np.floating, np.integer, np.bool_)):
+    if t in (int, float, bool, Tracer) or t in _NUMPY_SCALARS:
         return True
     if t is np.ndarray:
         return v.dtype.kind in "biuf"

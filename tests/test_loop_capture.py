@@ -726,3 +726,102 @@ def test_shadowed_builtins_are_not_the_builtins():
         g = traced(env["f"], x)
         assert g.captured == (0, 0) and len(calls) == 30
         np.testing.assert_allclose(interpret.evaluate(g, [x])[0], 2.0 * np.sum(x))
+
+
+# -- found by the second review ------------------------------------------------------------------
+
+COUNTER = Stateful()
+SCALE = 2.0
+
+
+def scaled_by_default(a, w=COUNTER):
+    return w * a
+
+
+def scaled_by_global(a):
+    return SCALE * a
+
+
+def set_scale(v):
+    global SCALE
+    SCALE = v
+
+
+class CountingFloat(np.float64):
+    calls = 0
+
+    def __mul__(self, other):
+        CountingFloat.calls += 1
+        return other * 1.0
+
+
+def test_code_that_runs_is_never_a_fixed_value():
+    """A helper's default, a numpy scalar subclass and a helper global changed just before the
+    loop all run user code: the loop runs as written, every iteration."""
+    x = RNG.random(30)
+
+    def by_default(x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + scaled_by_default(x[i])
+        return s
+
+    def subclass(x):
+        w = CountingFloat(1.0)
+        s = 0.0
+        for i in range(len(x)):
+            s = s + w * x[i]
+        return s
+
+    def global_changed(x):
+        set_scale(COUNTER)
+        s = 0.0
+        for i in range(len(x)):
+            s = s + scaled_by_global(x[i])
+        return s
+
+    for f in (by_default, subclass, global_changed):
+        COUNTER.calls = CountingFloat.calls = 0
+        try:
+            assert traced(f, x).captured == (0, 0), f.__name__
+        finally:
+            set_scale(2.0)
+        assert COUNTER.calls + CountingFloat.calls == 30, f.__name__
+    assert traced(lambda x: scaled_by_global(x[0]) + neighbours(x), x).captured == (0, 0)
+
+
+def _lambda_default(x):
+    s = 0.0
+    for i in range(3):
+        s = s + x[i] * x[i]
+    for i in range(len(x)):
+        s = s + x[i]
+    last = lambda i=i: x[i]  # noqa: E731 - the default is evaluated in f: i is read after
+    return s + 10.0 * last()
+
+
+def _def_default(x):
+    s = 0.0
+    d = 1.0
+    for i in range(len(x)):
+        d = x[i] * 2.0
+        s = s + d
+    def tail(d=d):  # noqa: E306
+        return d * 3.0
+    return s + tail()
+
+
+def _write_reads_later_name(x):
+    from math import pi as t  # bound without a name node
+
+    y = x * 0.0
+    for i in range(len(x)):
+        y[i] = t * x[i]
+        t = x[i] * 2.0
+    return np.sum(y * y)
+
+
+@pytest.mark.parametrize("f", [_lambda_default, _def_default, _write_reads_later_name],
+                         ids=lambda f: f.__name__.strip("_"))  # fmt: skip
+def test_second_review_cases(f):
+    against_unrolled(f, RNG.random(30))
