@@ -40,13 +40,26 @@ def read(f: types.FunctionType) -> tuple[str, frozenset] | None:
 
 
 def fingerprint(code: types.CodeType) -> tuple:
-    """What a code object computes (its bytecode, names and constants, nested functions'
-    too), without its line numbers."""
-    consts = tuple(fingerprint(c) if isinstance(c, types.CodeType) else (type(c), c)
+    """What a code object computes (its bytecode, exception table, names and constants,
+    nested functions' too), without its line numbers."""
+    consts = tuple(fingerprint(c) if isinstance(c, types.CodeType) else _constant(c)
                    for c in code.co_consts)  # fmt: skip
-    return (code.co_code, code.co_names, code.co_varnames, code.co_freevars, code.co_cellvars,
-            code.co_argcount, code.co_kwonlyargcount, code.co_flags & ~inspect.CO_NESTED,
-            consts)  # fmt: skip
+    return (code.co_code, code.co_exceptiontable, code.co_names, code.co_varnames,
+            code.co_freevars, code.co_cellvars, code.co_argcount, code.co_posonlyargcount,
+            code.co_kwonlyargcount, code.co_flags & ~inspect.CO_NESTED, consts)  # fmt: skip
+
+
+def _constant(c) -> tuple:
+    """A constant by type and exact value: ``0.0`` and ``-0.0``, ``1`` and ``1.0`` (in a
+    tuple too) differ."""
+    if isinstance(c, float):
+        return (float, c.hex())
+    if isinstance(c, complex):
+        return (complex, c.real.hex(), c.imag.hex())
+    if isinstance(c, (tuple, frozenset)):
+        items = [_constant(e) for e in c]
+        return (type(c), tuple(items if isinstance(c, tuple) else sorted(items, key=repr)))
+    return (type(c), c)
 
 
 @functools.lru_cache(maxsize=64)

@@ -825,3 +825,56 @@ def _write_reads_later_name(x):
                          ids=lambda f: f.__name__.strip("_"))  # fmt: skip
 def test_second_review_cases(f):
     against_unrolled(f, RNG.random(30))
+
+
+# -- found by the third review -------------------------------------------------------------------
+
+
+def _fixed_then_map(x):
+    y = x * 0.0
+    for i in range(len(x) - 1):
+        y[0] = x[i] * 2.0  # another write into the mapped array, every iteration
+        y[i + 1] = x[i] * 3.0
+    return np.sum(y * np.arange(1.0, 31.0))
+
+
+def _rescaled_then_map(x):
+    y = x * 1.0
+    for i in range(len(x) - 1):
+        y[:] = y * 0.5
+        y[i + 1] = x[i] * 3.0
+    return np.sum(y * np.arange(1.0, 31.0))
+
+
+@pytest.mark.parametrize("f", [_fixed_then_map, _rescaled_then_map],
+                         ids=lambda f: f.__name__.strip("_"))  # fmt: skip
+@pytest.mark.parametrize("capture", [True, False], ids=["captured", "re-rolled"])
+def test_map_with_other_writes(f, capture, monkeypatch):
+    """A map whose iterations also change the array elsewhere is not a map (the re-rolling
+    pass dropped the other write)."""
+    monkeypatch.setattr(loop_source, "ENABLED", capture)
+    x = RNG.random(30)
+    grad = tj.compile(f, x, cache=False)
+    val, g = grad.value_and_grad(x)
+    assert val == pytest.approx(f(x), rel=1e-12)
+    d = RNG.normal(size=30)
+    fd = (f(x + 1e-6 * d) - f(x - 1e-6 * d)) / 2e-6
+    assert np.sum(g * d) == pytest.approx(fd, rel=1e-6, abs=1e-8)
+
+
+def test_an_edit_that_only_flips_the_sign_of_zero_is_seen():
+    name = "<tapejit test signed zero>"
+    src = ("def f(x):\n    s = 0.0\n    for i in range(len(x)):\n        s = s + x[i] * x[i]\n"
+           "    return s + np.arctan2(0.0, -1.0)\n")  # fmt: skip
+    linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+    env = {"np": np}
+    exec(compile(src, name, "exec"), env)  # noqa: S102 - a test program
+    x = RNG.random(30)
+    assert traced(env["f"], x).captured == (1, 30)
+    edited = src.replace("0.0", "-0.0")
+    linecache.cache[name] = (len(edited), None, edited.splitlines(True), name)
+    loop_source._rewritten_code.cache_clear()
+    g = traced(env["f"], x)
+    assert g.captured == (0, 0)
+    np.testing.assert_allclose(interpret.evaluate(g, [x])[0], np.sum(x * x) + np.pi, rtol=1e-13)
+    del linecache.cache[name]

@@ -339,6 +339,8 @@ def _build_loop(
         if total is not None:
             return total, True
     out_ref = R0.args[1] if map_mode else R0
+    if map_mode and R0.args[0] is not carry_ref:
+        raise _Fail  # the iteration changes the array in some other way too (y[0] = ...)
     if map_mode and carry_ref in _reachable(out_ref, {**mapping, id(carry_ref): carry_ref}):
         raise _Fail  # the update reads the carried array elsewhere than where it writes
     (out,) = substitute((out_ref,), mapping)
