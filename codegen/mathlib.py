@@ -718,16 +718,23 @@ def _sincos(b, x, cos: bool):
     which returns at once unless a lane needs it). One accuracy bound for all finite x."""
     q, rh, rl = _reduce_pio2(b, x)
     res = _sincos_eval(b, x, cos, q, rh, rl)
-    big = _gt(b, _intrinsic(b, "llvm.fabs", x), _c(TRIG_MAX))
+    return cold_path(b, x, res, TRIG_MAX, _sincos_large(b.module, cos))
+
+
+def cold_path(b, x, res, limit: float, large: ir.Function):
+    """``res`` (the in-line result), or ``large(x)`` where |x| > ``limit`` (and for ±inf,
+    NaN): a branch to a call of the cold path, which a vectorised loop takes only when a lane
+    needs it."""
+    big = _gt(b, _intrinsic(b, "llvm.fabs", x), _c(limit))
     head, cold, join = b.block, b.append_basic_block("large"), b.append_basic_block("join")
     b.cbranch(big, cold, join)
     b.position_at_end(cold)
-    large = b.call(_sincos_large(b.module, cos), [x])
+    value = b.call(large, [x])
     b.branch(join)
     b.position_at_end(join)
     out = b.phi(F64)
     out.add_incoming(res, head)
-    out.add_incoming(large, cold)
+    out.add_incoming(value, cold)
     return out
 
 

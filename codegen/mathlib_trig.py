@@ -24,6 +24,7 @@ from .mathlib import (
     _bits,
     _c,
     _compiler_used,
+    cold_path,
     _double,
     _eq,
     _fast_two_sum,
@@ -128,17 +129,7 @@ def _tan(b, x):
     the cold path's per-lane scalar code (~20 ns/element instead of ~0.9), as sin/cos beyond
     2^50: the in-line reduction is cut to three parts for speed."""
     res = _tan_eval(b, x, *_reduce_pio2_fast(b, x))
-    big = _gt(b, _intrinsic(b, "llvm.fabs", x), _c(TAN_FAST_MAX))
-    head, cold, join = b.block, b.append_basic_block("large"), b.append_basic_block("join")
-    b.cbranch(big, cold, join)
-    b.position_at_end(cold)
-    large = b.call(_tan_large(b.module), [x])
-    b.branch(join)
-    b.position_at_end(join)
-    out = b.phi(F64)
-    out.add_incoming(res, head)
-    out.add_incoming(large, cold)
-    return out
+    return cold_path(b, x, res, TAN_FAST_MAX, _tan_large(b.module))
 
 
 def _tan_large(module: ir.Module) -> ir.Function:
