@@ -98,7 +98,7 @@ class _Loop:
         self.pure = pure  # module-level functions that are pure straight-line code
         self.assigned: list[str] = []
         self.carries: list[str] = []
-        self.bases: list[str] = []
+        self.bases: list[ast.expr] = []  # the arrays read at the loop variable
         self.writes: list[str] = []  # arrays written by subscript: y[i] = v, y[i] += v
         self.helpers: list[str] = []  # pure helpers called (checked again when the loop runs)
         for st in node.body:
@@ -108,7 +108,7 @@ class _Loop:
         # loop_capture checks (numbers, numeric arrays, traced values: nothing that runs code)
         loads = {n.id for st in node.body for n in ast.walk(st)
                  if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}  # fmt: skip
-        skip = {self.var, *self.assigned, *self.bases, *self.writes, *modules, *pure}
+        skip = {self.var, *self.assigned, *self.writes, *modules, *pure}
         self.invariants = sorted(loads - skip)
 
     def _statement(self, st: ast.stmt) -> None:
@@ -214,13 +214,19 @@ class _Loop:
             self._invariant_index(e.slice)
             return
         # an element read at an index affine in the loop variable, of an array the loop reads
-        # (and does not assign: the read's array is evaluated before the loop)
-        if (not isinstance(e.value, ast.Name) or e.value.id == self.var
-                or e.value.id in self._all_assigned()):  # fmt: skip
+        # (and does not assign: the read's array is evaluated before the loop): a name, or an
+        # entry of one (p["w"], layers[0]: a pytree's leaf)
+        base = e.value
+        while isinstance(base, ast.Subscript) and isinstance(base.slice, ast.Constant):
+            if type(base.slice.value) not in (int, str):
+                raise _NotCapturable
+            base = base.value
+        if (not isinstance(base, ast.Name) or base.id == self.var
+                or base.id in self._all_assigned()):  # fmt: skip
             raise _NotCapturable
         self._loop_index(e.slice)
-        if e.value.id not in self.bases:
-            self.bases.append(e.value.id)
+        if all(ast.dump(b) != ast.dump(e.value) for b in self.bases):
+            self.bases.append(e.value)
 
     def _loop_index(self, index: ast.expr) -> None:
         """Integers affine in the loop variable, or invariant, and ``:``."""
@@ -259,7 +265,7 @@ class _Loop:
             if e.id == self.var or e.id in self._all_assigned():
                 raise _NotCapturable
         elif isinstance(e, ast.Constant):
-            if type(e.value) not in (int, float):
+            if type(e.value) not in (int, float, str):  # (str: a key, p["w"])
                 raise _NotCapturable
         elif isinstance(e, ast.BinOp) and isinstance(e.op, _OPS):
             self._invariant(e.left)
@@ -366,7 +372,8 @@ class _Rewriter(ast.NodeTransformer):
         call = ast.Call(
             ast.Name("_tj_for", ast.Load()),
             [ast.Name(it, ast.Load()), ast.Name(name, ast.Load()), _tuple(carries, ast.Load()),
-             _tuple(loop.bases, ast.Load()), _tuple(loop.writes, ast.Load()),
+             ast.Tuple([copy.deepcopy(b) for b in loop.bases], ast.Load()),
+             _tuple(loop.writes, ast.Load()),
              _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
             [],
         )  # fmt: skip
@@ -587,7 +594,7 @@ _NUMPY_SCALARS = frozenset(
 def inert(v, depth: int = 2) -> bool:
     """Whether ``v`` is a value whose arithmetic runs no user code, the same in every call:
     a Python or numpy number, a numeric numpy array (exactly, not a subclass), a traced
-    value, or a tuple or list of those."""
+    value, or a tuple, list or dict (string or integer keys) of those."""
     from .tracing import Tracer
 
     t = type(v)
@@ -597,6 +604,8 @@ def inert(v, depth: int = 2) -> bool:
         return v.dtype.kind in "biuf"
     if t in (tuple, list) and depth > 0:
         return all(inert(e, depth - 1) for e in v)
+    if t is dict and depth > 0:  # a pytree of parameters: p["w"]
+        return all(type(k) in (str, int) and inert(e, depth - 1) for k, e in v.items())
     return False
 
 

@@ -878,3 +878,53 @@ def test_an_edit_that_only_flips_the_sign_of_zero_is_seen():
     assert g.captured == (0, 0)
     np.testing.assert_allclose(interpret.evaluate(g, [x])[0], np.sum(x * x) + np.pi, rtol=1e-13)
     del linecache.cache[name]
+
+
+# -- pytrees and transformations ----------------------------------------------------------------
+
+
+def test_pytree_arguments_and_transformations():
+    """Loops read leaves of a dict of parameters (p["w"][i], p["b"][0]); captured through
+    compile with pytrees and has_aux, and through the transformations (Hessian, JVP)."""
+
+    def loss(p, x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + np.tanh(p["w"][i] * x[i] + p["b"][0]) ** 2
+        return s
+
+    def with_aux(p, x):
+        v = loss(p, x)
+        return v, {"twice": v * 2.0}
+
+    rng = np.random.default_rng(3)
+    x = rng.random(24)
+    p = {"w": rng.random(24), "b": rng.random(1)}
+    grad = tj.compile(loss, p, x, cache=False)
+    g = grad(p, x)
+    assert grad.stats["reroll"]["captured"]["loops"] == 1
+    t = np.tanh(p["w"] * x + p["b"][0])
+    np.testing.assert_allclose(g["w"], 2 * t * (1 - t * t) * x, rtol=1e-12)
+    np.testing.assert_allclose(g["b"], [np.sum(2 * t * (1 - t * t))], rtol=1e-12)
+    aux_grad = tj.compile(with_aux, p, x, has_aux=True, cache=False)
+    (ga, aux) = aux_grad(p, x)
+    np.testing.assert_allclose(ga["w"], g["w"], rtol=1e-13)
+    assert aux["twice"] == pytest.approx(2 * loss(p, x), rel=1e-13)
+
+    def chain(v):
+        s = 0.0
+        for i in range(len(v) - 1):
+            s = s + np.sin(v[i]) * v[i + 1]
+        return s
+
+    v = rng.random(20)
+    h = tj.hessian(chain)(v)
+    want = np.zeros((20, 20))
+    idx = np.arange(19)
+    want[idx, idx] += -np.sin(v[:-1]) * v[1:]
+    want[idx, idx + 1] += np.cos(v[:-1])
+    want[idx + 1, idx] += np.cos(v[:-1])
+    np.testing.assert_allclose(h, want, rtol=1e-12, atol=1e-14)
+    _, tangent = tj.jvp(chain, (v,), (np.ones(20),))
+    want_t = np.sum(np.cos(v[:-1]) * v[1:] + np.sin(v[:-1]))
+    assert tangent == pytest.approx(want_t, rel=1e-12)

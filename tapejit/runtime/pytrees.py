@@ -16,6 +16,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .. import loop_capture
+
 from .function import GradientFunction
 
 
@@ -123,7 +125,7 @@ def flat_function(f: Callable, st: _Structure, has_aux: bool, aux_def: list) -> 
             n = len(st.positions(i))
             args.append(st.unflatten(i, leaves[k : k + n]))
             k += n
-        out = f(*args)
+        out = loop_capture.prepare(f)(*args)  # the user's function: its loops may be captured
         if not has_aux:
             return out
         if not isinstance(out, tuple) or len(out) != 2:
@@ -310,7 +312,7 @@ class Raveled:
             n = len(self.st.positions(i))
             args.append(self.st.unflatten(i, leaves[pos : pos + n]))
             pos += n
-        out = self.f(*args)
+        out = loop_capture.prepare(self.f)(*args)  # the user's function (loops captured)
         out_leaves, self.out_def = ot.tree_flatten(out, none_is_leaf=False)
         self.out_shapes = [tuple(np.shape(y)) for y in out_leaves]
         if self.out_shapes == [()]:  # a scalar (a loss): kept scalar for grad/hvp/hessian
