@@ -496,3 +496,30 @@ def test_fuzzer_programs_through_the_pass(reduce):
         pytest.skip("the fuzzer's loops are not sums: the same loops either way")
     fuzz = pytest.importorskip("test_fuzz")
     fuzz.test_random_programs_match_numpy_and_finite_differences()
+
+
+def test_loop_index_constants_keep_the_sign_of_zero_and_may_be_infinite():
+    """``-(i - 5.0)`` is -0.0 at i = 5 (arctan2 sees the sign): not an integer the loop can
+    recompute from its index; an infinite constant among the iterations' does not stop the pass
+    (found by review: a wrong value, then an OverflowError that left every loop unrolled)."""
+
+    def signed_zero(x):
+        e = 0.0
+        for i in range(len(x)):
+            c = -(i - 5.0)
+            e = e + np.arctan2(c, x[i] - 2.0) * x[i]
+        return e
+
+    w = np.arange(1.0, 25.0)
+    w[3] = np.inf
+
+    def infinite(x):
+        e = 0.0
+        for i in range(len(x)):
+            e = e + x[i] / w[i] + np.sin(x[i])
+        return e
+
+    x = RNG.random(24) + 0.5
+    against_unrolled(signed_zero, x)
+    stats = against_unrolled(infinite, x)
+    assert "failed" not in stats

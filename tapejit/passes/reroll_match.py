@@ -5,6 +5,8 @@ documents the whole pass."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from .. import ir, ops
@@ -252,7 +254,7 @@ class _Matcher:
                 return sn is not None and sn[1] == expect[id(R)] and sn[0] == split(R.attrs)[0]
             if kd == "iconst":
                 v = N.attrs[0] if N.op == CONST and N.type == R.type else None
-                return isinstance(v, float) and v == int(v) and (int(v),) == expect[id(R)]
+                return _whole(v) and (int(v),) == expect[id(R)]
             if kd == "rmw":
                 return N.op == INDEX and N.args[0] is carry[0] and N.attrs == N0.attrs
             return False
@@ -393,7 +395,7 @@ class _Matcher:
                 if N.op != Op.CONST or N.type != R.type:
                     raise _Fail
                 v = N.attrs[0]
-                if not isinstance(v, float) or v != int(v) or abs(v) >= _EXACT_INT:
+                if not _whole(v):
                     raise _Fail
                 ints.append((int(v),))
             self._check_ints(st, id(R), (int(R.attrs[0]),), ints, building)
@@ -441,11 +443,20 @@ class _Matcher:
             and all(N.op == Op.CONST and N.type == R.type for N in Ns)
             and any(N.attrs != R.attrs for N in Ns)
             and isinstance(R.attrs[0], float)
-            and R.attrs[0] == int(R.attrs[0])
-            and abs(R.attrs[0]) < _EXACT_INT
+            and _whole(R.attrs[0])
         ):
             return "iconst"
         return "node"
+
+
+def _whole(v) -> bool:
+    """Whether constant ``v`` is a float holding an integer the loop can recompute exactly
+    from its index: finite, below 2**52, and not -0.0 (``i * b + a`` gives +0.0 there, and the
+    sign of zero shows in arctan2, 1/x, copysign)."""
+    return (
+        isinstance(v, float) and math.isfinite(v) and v == int(v) and abs(v) < _EXACT_INT
+        and not (v == 0.0 and math.copysign(1.0, v) < 0)
+    )  # fmt: skip
 
 
 def _leaf_ints(kind: str, n: Node) -> tuple:
