@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from benchutil import tag
+from benchutil import C_FLAGS, FAST_MATH, tag
 
 import tapejit as tj
 from tapejit import loop_source
@@ -81,6 +81,41 @@ def test_gradient_numpy(benchmark, n):
     tag(benchmark, GRAD, f"n={n}", "numpy (vectorised, by hand)")
     x = np.random.default_rng(0).random(n)
     benchmark(numpy_grad, x, np.empty(n))
+
+
+C_SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+
+/* The element-loop model's gradient by hand: one pass over the pairs, then the scatter. */
+double chain_grad(const double *restrict x, double *restrict g, int64_t n) {
+    double s = 0.0;
+    for (int64_t k = 0; k < n; k++) g[k] = 0.0;
+    for (int64_t i = 0; i + 1 < n; i++) {
+        double d = x[i + 1] - x[i], e = exp(-d * d);
+        s += e + 0.5 * d;
+        double dd = 0.5 - 2.0 * d * e;
+        g[i + 1] += dd;
+        g[i] -= dd;
+    }
+    return s;
+}
+"""
+C_CDEF = "double chain_grad(const double *x, double *g, int64_t n);"
+
+
+@pytest.mark.parametrize("build", ["C -O3", "C -O3 fast-math"])
+@pytest.mark.parametrize("n", SIZES)
+def test_gradient_c(benchmark, cc, n, build):
+    """The hand-written C gradient of the element-loop model (gcc, ``-march=native``)."""
+    lib = cc.build(C_SOURCE, C_CDEF, C_FLAGS if build == "C -O3" else FAST_MATH)
+    tag(benchmark, GRAD, f"n={n}", build)
+    x = np.random.default_rng(0).random(n)
+    g = np.empty(n)
+    px, pg = cc.ptr(x), cc.ptr(g)
+    lib.chain_grad(px, pg, n)
+    np.testing.assert_allclose(g, numpy_grad(x, np.empty(n)), rtol=1e-10, atol=1e-12)
+    benchmark(lib.chain_grad, px, pg, n)
 
 
 @pytest.mark.parametrize("rolled", [True, False], ids=["reroll", "unrolled"])
