@@ -56,7 +56,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import source_code
+from . import loop_scopes, source_code
 
 #: Whether tracing rewrites capturable loops (``TAPEJIT_CAPTURE=0`` in the environment: off).
 ENABLED = os.environ.get("TAPEJIT_CAPTURE", "1") not in ("", "0")
@@ -341,7 +341,7 @@ class _Rewriter(ast.NodeTransformer):
             loop = _Loop(node, self.modules, self.f_locals, self.pure)
         except _NotCapturable:
             return node
-        if not _private(self.fn, node, [loop.var, *loop.temps]):
+        if not loop_scopes.private(self.fn, node, [loop.var, *loop.temps]):
             return node
         return self._replace(loop)
 
@@ -418,82 +418,6 @@ class _Reads(ast.NodeTransformer):
 
 def _tuple(names: list[str], ctx) -> ast.Tuple:
     return ast.Tuple([ast.Name(n, ctx) for n in names], ctx)
-
-
-def _private(fn: ast.FunctionDef, loop: ast.For, names: list[str]) -> bool:
-    """Whether ``names`` (the loop variable and temporaries) are not used outside ``loop``:
-    each of their occurrences elsewhere in ``fn`` is inside another ``for`` loop that assigns
-    the name before reading it (its own loop variable, or a straight-line body whose first use
-    of the name is an assignment), or in a nested function or lambda that has a parameter of
-    that name, so no code sees the value ``loop`` left in it."""
-    inside = {id(n) for st in loop.body for n in ast.walk(st)}
-    fors = [n for n in ast.walk(fn) if isinstance(n, ast.For) and n is not loop]
-    scopes = [n for n in ast.walk(fn) if isinstance(n, (ast.Lambda, ast.FunctionDef,
-                                                          ast.AsyncFunctionDef)) and n is not fn]
-    for name in names:
-        if _bound_otherwise(fn, loop, name):
-            return False
-        shadowed = set()
-        for sc in scopes:
-            a = sc.args
-            if any(p.arg == name for p in [*a.posonlyargs, *a.args, *a.kwonlyargs,
-                                           *filter(None, [a.vararg, a.kwarg])]):  # fmt: skip
-                # the body only: defaults, decorators and annotations are evaluated outside
-                body = sc.body if isinstance(sc.body, list) else [sc.body]
-                shadowed |= {id(n) for st in body for n in ast.walk(st)}
-        for n in ast.walk(fn):
-            if id(n) in inside or id(n) in shadowed or n is loop.target:
-                continue
-            if not (isinstance(n, ast.Name) and n.id == name):
-                continue
-            owners = [f for f in fors if any(m is n for m in ast.walk(f))
-                      and not any(m is n for m in ast.walk(f.iter))
-                      and not any(m is loop for m in ast.walk(f))]  # fmt: skip
-            # (a loop around this one runs it, then reads what it left: not an owner)
-            if not any(_assigns_first(f, name) for f in owners):
-                return False
-    return True
-
-
-def _bound_otherwise(fn: ast.FunctionDef, loop: ast.For, name: str) -> bool:
-    """Whether ``fn`` binds ``name`` outside ``loop`` other than by a plain name: an import
-    alias, a ``def`` or ``class``, an ``except ... as``, a parameter."""
-    inside = {id(n) for st in loop.body for n in ast.walk(st)}
-    for n in ast.walk(fn):
-        if id(n) in inside:
-            continue
-        if isinstance(n, (ast.Import, ast.ImportFrom)):
-            if any((a.asname or a.name.split(".")[0]) == name for a in n.names):
-                return True
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if n is not fn and n.name == name:
-                return True
-        elif isinstance(n, ast.ExceptHandler) and n.name == name:
-            return True
-    a = fn.args
-    return any(p.arg == name for p in [*a.posonlyargs, *a.args, *a.kwonlyargs,
-                                       *filter(None, [a.vararg, a.kwarg])])  # fmt: skip
-
-
-def _assigns_first(f: ast.For, name: str) -> bool:
-    """Whether every iteration of ``f`` assigns ``name`` before any read of it."""
-    if isinstance(f.target, ast.Name) and f.target.id == name:
-        return True
-    if f.orelse:
-        return False
-    for st in f.body:
-        if isinstance(st, ast.Assign) and len(st.targets) == 1:
-            if name in _names(st.value):
-                return False
-            if isinstance(st.targets[0], ast.Name) and st.targets[0].id == name:
-                return True
-            if name in _names(st.targets[0]):
-                return False
-        elif isinstance(st, (ast.Pass, ast.Expr)) and name not in _names(st):
-            continue
-        else:
-            return False
-    return False
 
 
 @functools.lru_cache(maxsize=256)
