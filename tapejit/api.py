@@ -315,7 +315,7 @@ def vjp(f: Callable, *primals: Any) -> tuple[Any, Callable]:
     """
     if any(is_container(p) for p in primals):
         r, g, vec, others = _raveled(f, primals, tuple(range(len(primals))), "vjp")
-        y, _ = g(vec, *others, np.zeros(sum(int(np.prod(s)) for s in r.out_shapes)))
+        y, _ = g(vec, *others, r.output_zeros())
 
         def tree_vjp_fn(cotangent: Any) -> tuple:
             ct = r.ravel_like_output(cotangent, "vjp_fn: the cotangent")

@@ -91,16 +91,20 @@ def can_capture(it) -> bool:
     return n >= MIN_TRIPS and len(items) == 1 and not items[0].dynamic
 
 
-def _capturable(carries: tuple, bases: tuple, writes: tuple, invariants: tuple,
+def _capturable(carries: tuple, bases: Callable, writes: tuple, invariants: tuple,
                 helpers: tuple) -> bool:  # fmt: skip
     if not carries and not writes:
         return False
     if not all(loop_source.pure_helper(h) for h in helpers):
         return False  # a helper or a value it reads is no longer what the source said
-    if not all(type(b) is tracing.Tracer and b.level == 1 for b in bases):
-        return False
     if not all(loop_source.inert(v) for v in invariants):
         return False  # an object whose arithmetic is user code: it must run every iteration
+    try:  # p["w"] of inert containers: no user code; an error is the loop's to raise
+        arrays = bases()
+    except Exception:  # noqa: BLE001 - the loop as written raises it where Python would
+        return False
+    if not all(type(b) is tracing.Tracer and b.level == 1 for b in arrays):
+        return False
     # a written array must be a root (the writes of a view go to its base) of its own
     return all(
         type(w) is tracing.Tracer and w.level == 1 and w._view is None
@@ -108,11 +112,12 @@ def _capturable(carries: tuple, bases: tuple, writes: tuple, invariants: tuple,
     )  # fmt: skip
 
 
-def run_loop(it: range, body: Callable, carries: tuple, bases: tuple, writes: tuple,
+def run_loop(it: range, body: Callable, carries: tuple, bases: Callable, writes: tuple,
              invariants: tuple, helpers: tuple = ()) -> tuple:  # fmt: skip
     """The loop ``for v in it: carries = body(v, *carries)`` (see :mod:`tapejit.loop_source`;
     :func:`can_capture` said yes), captured when it can be (see the module docstring): the
-    carries after it, as tracers. ``bases``: the arrays the body reads at the loop variable;
+    carries after it, as tracers. ``bases()``: the arrays the body reads at the loop variable
+    (evaluated only once the names they come from are known to be plain values);
     ``writes``: the arrays it writes (``y[i] = v``), rebound to the loop's result;
     ``invariants``: the values of the other names it reads; ``helpers``: the pure helpers it
     calls."""

@@ -351,8 +351,8 @@ class _Rewriter(ast.NodeTransformer):
             def _tj_body_k(var, *carries): <body, element reads checked>; return carries
             _tj_it_k = <iterable>
             if _tj_can(_tj_it_k):     # a range long enough, while tracing
-                carries = _tj_for(_tj_it_k, _tj_body_k, carries, reads, writes, invariants,
-                                  helpers)
+                carries = _tj_for(_tj_it_k, _tj_body_k, carries, lambda: reads, writes,
+                                  invariants, helpers)   # reads: evaluated once checked
             else:
                 for var in _tj_it_k: <body>      # the loop as written
         """
@@ -372,7 +372,8 @@ class _Rewriter(ast.NodeTransformer):
         call = ast.Call(
             ast.Name("_tj_for", ast.Load()),
             [ast.Name(it, ast.Load()), ast.Name(name, ast.Load()), _tuple(carries, ast.Load()),
-             ast.Tuple([copy.deepcopy(b) for b in loop.bases], ast.Load()),
+             ast.Lambda(_no_arguments(), ast.Tuple([copy.deepcopy(b) for b in loop.bases],
+                                                   ast.Load())),
              _tuple(loop.writes, ast.Load()),
              _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
             [],
@@ -414,6 +415,11 @@ class _Reads(ast.NodeTransformer):
         return ast.copy_location(
             ast.Call(ast.Name("_tj_read", ast.Load()), [e.value, arg], []), e
         )
+
+
+def _no_arguments() -> ast.arguments:
+    return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[])  # fmt: skip
 
 
 def _tuple(names: list[str], ctx) -> ast.Tuple:

@@ -928,3 +928,46 @@ def test_pytree_arguments_and_transformations():
     _, tangent = tj.jvp(chain, (v,), (np.ones(20),))
     want_t = np.sum(np.cos(v[:-1]) * v[1:] + np.sin(v[:-1]))
     assert tangent == pytest.approx(want_t, rel=1e-12)
+
+
+class Batches:
+    """A container whose lookups hand out the next batch: code that must run as Python runs it."""
+
+    def __init__(self, batches):
+        self.batches, self.lookups = batches, 0
+
+    def __getitem__(self, key):
+        self.lookups += 1
+        return self.batches[(self.lookups - 1) % 2]
+
+
+def test_reads_through_containers_are_evaluated_as_python_does():
+    """p["w"][i] of a container that runs code is evaluated once per iteration, never once more
+    before the loop (found by review: 11 lookups and a wrong value); an error in evaluating it
+    comes where Python raises it."""
+    source = Batches([np.ones(10), 2.0 * np.ones(10)])
+
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + source["w"][i] * x[i]
+        return s
+
+    x = np.arange(1.0, 11.0)
+    source.lookups = 0
+    g = traced(f, x)
+    assert source.lookups == 10 and g.captured == (0, 0)
+    assert interpret.evaluate(g, [x])[0] == pytest.approx(85.0)
+
+    p = {"w": np.ones(10)}
+
+    def missing(x):
+        s = 0.0
+        for i in range(len(x)):
+            t = x[i + 100]
+            s = s + p["nokey"][i] * t
+        return s
+
+    for capture in (True, False):
+        with pytest.raises(tracing.TracingError, match="out of bounds"):
+            traced(missing, x, capture=capture)

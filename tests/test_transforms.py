@@ -298,3 +298,14 @@ def test_compiled_transformations_batch_over_rows():
     jf = tj.compile(vec, RNG.random(6), mode="jvp", cache=False)
     ys, ts = jf.batch(RNG.random((4, 6)), RNG.random((4, 6)))
     assert ys.shape == ts.shape == (4, 5)
+
+
+def test_vjp_of_a_scalar_loss_of_a_pytree():
+    """A scalar output of a function of a dict: its cotangent is a number (found by review:
+    the zero cotangent was built with shape (1,) and the call refused it)."""
+    p = {"w": np.arange(3.0), "b": np.array([0.5])}
+    y, vjp_fn = tj.vjp(lambda q: np.sum(q["w"] ** 2) + q["b"][0], p)
+    assert y == pytest.approx(5.5)
+    (ct,) = vjp_fn(2.0)
+    np.testing.assert_allclose(ct["w"], 4.0 * p["w"])
+    np.testing.assert_allclose(ct["b"], [2.0])

@@ -350,7 +350,15 @@ class Raveled:
             if not is_array_like(leaf) or np.shape(leaf) != s:
                 got_s = np.shape(leaf) if is_array_like(leaf) else type(leaf).__name__
                 raise ValueError(f"{what}: leaf {k} must have shape {s}, got {got_s}")
-        return np.concatenate([np.reshape(np.asarray(x, dtype=np.float64), -1) for x in leaves])
+        flat = np.concatenate([np.reshape(np.asarray(x, dtype=np.float64), -1) for x in leaves])
+        return flat.reshape(()) if self.out_shapes == [()] else flat  # a scalar stays one
+
+    def output_zeros(self) -> np.ndarray:
+        """A zero cotangent for the output, as the flat program takes it (a scalar output is
+        kept scalar: see ``__call__``)."""
+        if self.out_shapes == [()]:
+            return np.zeros(())
+        return np.zeros(sum(int(np.prod(s, dtype=np.int64)) for s in self.out_shapes))
 
     def ravel_like_args(self, tree: Any, what: str) -> np.ndarray:
         trees = (tree,) if self.single else tuple(tree)
