@@ -12,12 +12,13 @@ from __future__ import annotations
 import ast
 
 
-def _names(node: ast.AST) -> set[str]:
+def names(node: ast.AST) -> set[str]:
+    """The names ``node`` mentions (loaded, stored or deleted)."""
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
-def private(fn: ast.FunctionDef, loop: ast.For, names: list[str]) -> bool:
-    """Whether ``names`` (the loop variable and temporaries) are not used outside ``loop``:
+def private(fn: ast.FunctionDef, loop: ast.For, local: list[str]) -> bool:
+    """Whether ``local`` (the loop variable and temporaries) are not used outside ``loop``:
     each of their occurrences elsewhere in ``fn`` is inside another ``for`` loop that assigns
     the name before reading it (its own loop variable, or a straight-line body whose first use
     of the name is an assignment), or in a nested function or lambda that has a parameter of
@@ -26,7 +27,7 @@ def private(fn: ast.FunctionDef, loop: ast.For, names: list[str]) -> bool:
     fors = [n for n in ast.walk(fn) if isinstance(n, ast.For) and n is not loop]
     scopes = [n for n in ast.walk(fn) if isinstance(n, (ast.Lambda, ast.FunctionDef,
                                                           ast.AsyncFunctionDef)) and n is not fn]
-    for name in names:
+    for name in local:
         if bound_otherwise(fn, loop, name):
             return False
         shadowed = set()
@@ -79,13 +80,13 @@ def _assigns_first(f: ast.For, name: str) -> bool:
         return False
     for st in f.body:
         if isinstance(st, ast.Assign) and len(st.targets) == 1:
-            if name in _names(st.value):
+            if name in names(st.value):
                 return False
             if isinstance(st.targets[0], ast.Name) and st.targets[0].id == name:
                 return True
-            if name in _names(st.targets[0]):
+            if name in names(st.targets[0]):
                 return False
-        elif isinstance(st, (ast.Pass, ast.Expr)) and name not in _names(st):
+        elif isinstance(st, (ast.Pass, ast.Expr)) and name not in names(st):
             continue
         else:
             return False

@@ -57,6 +57,7 @@ from typing import Callable
 import numpy as np
 
 from . import loop_scopes, source_code
+from .loop_scopes import names as _names
 
 #: Whether tracing rewrites capturable loops (``TAPEJIT_CAPTURE=0`` in the environment: off).
 ENABLED = os.environ.get("TAPEJIT_CAPTURE", "1") not in ("", "0")
@@ -82,10 +83,6 @@ class _NotCapturable(Exception):
     pass
 
 
-def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
-
-
 class _Loop:
     """What one capturable loop reads and writes."""
 
@@ -101,6 +98,13 @@ class _Loop:
         self.bases: list[ast.expr] = []  # the arrays read at the loop variable
         self.writes: list[str] = []  # arrays written by subscript: y[i] = v, y[i] += v
         self.helpers: list[str] = []  # pure helpers called (checked again when the loop runs)
+        #: every name the body assigns (a plain-name target, anywhere in it)
+        self.rebound = frozenset(
+            t.id for st in node.body
+            for t in ((st.targets[0],) if isinstance(st, ast.Assign) else
+                      (st.target,) if isinstance(st, ast.AugAssign) else ())
+            if isinstance(t, ast.Name)
+        )  # fmt: skip
         for st in node.body:
             self._statement(st)
         self.temps = [v for v in self.assigned if v not in self.carries]
@@ -141,14 +145,14 @@ class _Loop:
         """Names read before the body assigns them (in this iteration) are carried."""
         for name in read:
             if name not in self.assigned and name not in self.carries:
-                if self._assigned_later(name):
+                if name in self.rebound:
                     self.carries.append(name)
 
     def _write(self, target: ast.Subscript, value: ast.expr) -> None:
         """``y[index] = value`` (or ``op=``): an array the loop does not rebind, written at
         an index affine in the loop variable (or the same index every iteration)."""
         y = target.value
-        if not isinstance(y, ast.Name) or y.id == self.var or y.id in self._all_assigned():
+        if not isinstance(y, ast.Name) or y.id == self.var or y.id in self.rebound:
             raise _NotCapturable
         self._expr(value)
         if self.var in _names(target.slice):
@@ -157,14 +161,6 @@ class _Loop:
             self._invariant_index(target.slice)
         if y.id not in self.writes:
             self.writes.append(y.id)
-
-    def _assigned_later(self, name: str) -> bool:
-        return any(
-            isinstance(t, ast.Name) and t.id == name
-            for st in self.node.body
-            for t in ((st.targets[0],) if isinstance(st, ast.Assign) else
-                      (st.target,) if isinstance(st, ast.AugAssign) else ())
-        )  # fmt: skip
 
     def _expr(self, e: ast.expr) -> None:
         if isinstance(e, ast.Constant):
@@ -222,7 +218,7 @@ class _Loop:
                 raise _NotCapturable
             base = base.value
         if (not isinstance(base, ast.Name) or base.id == self.var
-                or base.id in self._all_assigned()):  # fmt: skip
+                or base.id in self.rebound):  # fmt: skip
             raise _NotCapturable
         self._loop_index(e.slice)
         if all(ast.dump(b) != ast.dump(e.value) for b in self.bases):
@@ -262,7 +258,7 @@ class _Loop:
         loop does not assign, combined by arithmetic, ``len(name)`` (the built-in) and
         ``name.shape[k]``/``name.ndim``/``name.size``."""
         if isinstance(e, ast.Name):
-            if e.id == self.var or e.id in self._all_assigned():
+            if e.id == self.var or e.id in self.rebound:
                 raise _NotCapturable
         elif isinstance(e, ast.Constant):
             if type(e.value) not in (int, float, str):  # (str: a key, p["w"])
@@ -292,14 +288,6 @@ class _Loop:
                         self._invariant(part)
             else:
                 self._invariant(it)
-
-    def _all_assigned(self) -> list[str]:
-        out = []
-        for st in self.node.body:
-            t = st.targets[0] if isinstance(st, ast.Assign) else getattr(st, "target", None)
-            if isinstance(t, ast.Name):
-                out.append(t.id)
-        return out
 
 
 class _Rewriter(ast.NodeTransformer):
