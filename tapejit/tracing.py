@@ -261,15 +261,26 @@ class _Trace:
         return k < len(self.inputs) and self.inputs[k] is n and self.kinds[k] == "active"
 
     def capture(self, arr: np.ndarray) -> Node:
-        """The const input for captured array ``arr`` (one per array object, snapshotted)."""
+        """The const input for captured array ``arr``: one per array object and value (a
+        snapshot; an array changed in place since it was captured is captured again)."""
         hit = self.consts.get(id(arr))
-        if hit is not None and hit[0] is arr:
+        if hit is not None and hit[0] is arr and _unchanged(self.bindings[hit[1].attrs[0]], arr):
             return hit[1]
         snap = _as_const_array(arr)
         dtype = "bool" if snap.dtype == np.bool_ else "f64"
         node = self.add_input(Type(snap.shape, dtype), "const", f"c{len(self.consts)}", snap)
         self.consts[id(arr)] = (arr, node)  # keeps arr alive so its id is not reused
         return node
+
+
+def _unchanged(snap: np.ndarray, arr: np.ndarray) -> bool:
+    """Whether ``arr`` still holds the values snapshotted in ``snap`` (bit for bit: the sign of
+    a zero and the payload of a NaN count)."""
+    if snap.shape != arr.shape:
+        return False
+    if arr.dtype == np.float64:
+        return bool(np.array_equal(snap.view(np.uint64), arr.view(np.uint64)))
+    return bool(np.array_equal(snap, arr))
 
 
 def _as_const_array(arr: np.ndarray) -> np.ndarray:

@@ -125,6 +125,31 @@ def test_captured_constants_are_snapshotted_at_compile_time():
         assert g(p) == pytest.approx(c0 + 2 * cc * p, rel=1e-14)
 
 
+def test_array_changed_in_place_while_tracing_is_captured_again():
+    """A numpy array used, changed in place, then used again: each use sees the values it had
+    then (the first snapshot is not reused for the changed array), as numpy computes."""
+    c = np.ones(3)
+
+    def f(x):
+        a = np.sum(x * c)
+        c[0] = 5.0
+        b = np.sum(x * c)
+        c[1] = -0.0  # a change only in the sign of a zero counts too
+        d = np.sum(np.arctan2(c, x - 2.0))
+        c[:] = 1.0
+        return a + b + d
+
+    x = np.arange(3.0)
+    g = tj.compile(f, x, cache=False)
+    val, grad = g.value_and_grad(x)
+    assert val == pytest.approx(f(x), rel=1e-14)
+    h, d = 1e-6, np.array([0.3, -0.7, 0.2])
+    fd = (f(x + h * d) - f(x - h * d)) / (2 * h)
+    assert np.dot(grad, d) == pytest.approx(fd, rel=1e-7)
+    # d/dx0: 1 + 5 (the two sums) + d atan2(5, x0 - 2)/dx0 = -5 / ((x0 - 2)^2 + 25)
+    assert grad[0] == pytest.approx(6.0 - 5.0 / (4.0 + 25.0), rel=1e-12)
+
+
 # -- a small MLP ------------------------------------------------------------------------------------
 D_IN, D_HID, D_OUT = 5, 8, 3
 _r = rng(3)
