@@ -11,7 +11,9 @@ and the passes after it no longer grow with the trip count.
 What makes the shortcut exact, beyond the source's guarantee (every iteration runs the same
 straight-line code, the loop variable only in affine element reads of arrays the loop does
 not assign): while capturing, each of those element reads must produce an element read of
-the same traced array (not a constant, not a value numpy computed); the traced iterations may
+the same traced array (not a constant, not a value numpy computed; a float64 numpy array read
+at the loop index, a table of per-element numbers such as masses or charges, is read as the
+constant input tracing captures it as); the traced iterations may
 record no guard and no conversion error; each carry must be a traced float array or scalar
 after every iteration, a new one (not written in place, not a view); the traced iterations must match one template up to the last, with no varying
 constant; and every element read must stay in bounds over the whole range. When anything
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import threading
 from typing import Callable
+
+import numpy as np
 
 from . import loop_source, tracing, views
 from .progress import log
@@ -52,8 +56,10 @@ _reading = _Reading()
 def read(base, key):
     """``base[key]``: an element read of the loop variable in a captured body. While
     capturing, it must be an ``index`` node of ``base``'s own node at integer positions."""
-    out = base[key]
     r = _reading
+    if r.capturing and r.ok and _table(base):
+        base = tracing.lift(base)  # a constant input, read like an argument (see _capturable)
+    out = base[key]
     if r.capturing and r.ok:
         node = getattr(out, "node", None)
         items = key if isinstance(key, tuple) else (key,)
@@ -69,6 +75,12 @@ def read(base, key):
 
 
 ALL = slice(None)
+
+
+def _table(v) -> bool:
+    """Whether ``v`` is a table of numbers a captured loop reads at its index (``mu[i]``):
+    a float64 numpy array (exactly: float32 arithmetic would differ once it is traced as f64)."""
+    return type(v) is np.ndarray and v.dtype == np.float64
 
 
 def _run(it, body: Callable, carries: tuple) -> tuple:
@@ -103,7 +115,7 @@ def _capturable(carries: tuple, bases: Callable, writes: tuple, invariants: tupl
         arrays = bases()
     except Exception:  # noqa: BLE001 - the loop as written raises it where Python would
         return False
-    if not all(type(b) is tracing.Tracer and b.level == 1 for b in arrays):
+    if not all(_table(b) or (type(b) is tracing.Tracer and b.level == 1) for b in arrays):
         return False
     # a written array must be a root (the writes of a view go to its base) of its own
     return all(

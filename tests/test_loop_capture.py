@@ -96,6 +96,56 @@ def test_carried_product_and_recurrence():
     against_unrolled(recurrence, RNG.random(25), RNG.random(2), loops=1)
 
 
+MASSES = RNG.uniform(0.5, 2.0, 40)
+
+
+def test_tables_of_numbers_read_at_the_index():
+    """A float64 numpy array read at the loop index (masses, charges, a mean per element) is
+    read as a constant input: the loop is captured, in a sum, a carried product and a map."""
+    mu = np.linspace(-1.0, 1.0, 40)
+
+    def log_density(x):
+        lp = 0.0
+        for i in range(len(x)):
+            z = (x[i] - mu[i]) / MASSES[i]
+            lp = lp - 0.5 * z * z - np.log(MASSES[i])
+        return lp
+
+    def product(x):
+        p = 1.0
+        for i in range(len(x)):
+            p = p * (1.0 + 0.05 * MASSES[i] * np.sin(x[i]))
+        return p
+
+    def kinetic(v):
+        e = np.zeros_like(v)
+        for i in range(len(v)):
+            e[i] = 0.5 * MASSES[i] * v[i] * v[i]
+        return np.sum(e * e)
+
+    for f in (log_density, product, kinetic):
+        against_unrolled(f, RNG.random(40), loops=1)
+
+
+def test_table_changed_before_the_loop_is_read_as_it_is_then():
+    table = np.ones(20)
+
+    def f(x):
+        a = np.sum(x * table)  # captured here, all ones
+        table[3] = 7.0
+        s = 0.0
+        for i in range(len(x)):
+            s = s + x[i] * table[i]
+        table[3] = 1.0
+        return a + s
+
+    x = RNG.random(20)
+    g = against_unrolled(f, x, loops=1)
+    grad = tj.compile(f, x, cache=False)(x)
+    assert grad[3] == pytest.approx(8.0, rel=1e-14) and grad[2] == pytest.approx(2.0, rel=1e-14)
+    assert g.captured == (1, 20)
+
+
 def test_augmented_assignment_and_two_carries():
     def f(x):
         a = 0.0
@@ -430,13 +480,21 @@ def _feeding_carries(x):
     return a + b
 
 
-CONST = RNG.random(30)
+INTS = np.arange(30) % 7
+SINGLE = RNG.random(30).astype(np.float32)
 
 
-def _numpy_array_read(x):
+def _int_table_read(x):
     s = 0.0
     for i in range(len(x)):
-        s = s + x[i] * CONST[i]
+        s = s + x[i] * INTS[i]
+    return s
+
+
+def _float32_table_read(x):  # float32 arithmetic, which a traced f64 read would not do
+    s = 0.0
+    for i in range(len(x)):
+        s = s + x[i] * (SINGLE[i] * 0.1)
     return s
 
 
@@ -457,7 +515,8 @@ def _short(x):
 @pytest.mark.parametrize(
     "f",
     [_number, _square_index, _table_index, _branch, _temp_after, _var_after, _calls_user_code,
-     _feeding_carries, _numpy_array_read, _wraps_around_at_the_end, _short],  # fmt: skip
+     _feeding_carries, _int_table_read, _float32_table_read, _wraps_around_at_the_end,
+     _short],  # fmt: skip
     ids=lambda f: f.__name__.strip("_"),
 )
 def test_not_captured(f):

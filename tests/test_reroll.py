@@ -195,6 +195,50 @@ def test_short_loops_stay_unrolled():
     against_unrolled(f, RNG.random(rr.MIN_RUN), iterations=rr.MIN_RUN, n_loops=1)
 
 
+# -- numbers that vary per iteration: a constant table ------------------------------------------
+
+TABLE = RNG.uniform(-1.0, 1.0, 40)
+SIGNED_ZEROS = np.array([0.0, -0.0] * 20)
+
+
+def test_numbers_per_iteration_are_read_from_a_table():
+    """A number that differs between iterations and is not the loop index (a numpy table read
+    at the index, a factor Python computes) becomes a constant input of the loop, read per
+    iteration: exactly the numbers of the unrolled trace, the sign of a zero included."""
+
+    def log_density(x):
+        lp = 0.0
+        for i in range(len(x)):
+            z = (x[i] - TABLE[i]) / (1.5 + TABLE[i])
+            lp = lp - 0.5 * z * z
+        return lp
+
+    def geometric(x):
+        p = 1.0
+        for i in range(len(x)):
+            p = p * (1.0 + 0.9**i * np.sin(x[i]))
+        return p
+
+    def signs(x):
+        e = 0.0
+        for i in range(len(x)):
+            e = e + np.arctan2(SIGNED_ZEROS[i], x[i] - 2.0)  # +pi or -pi
+        return e * e + np.sum(x)
+
+    def weighted_map(x):
+        y = np.zeros_like(x)
+        for i in range(len(x)):
+            y[i] = x[i] * TABLE[i]
+        return np.sum(y * y)
+
+    for f in (log_density, geometric, signs, weighted_map):
+        stats = against_unrolled(f, RNG.random(40), n_loops=1)
+        assert stats["iterations"] >= 38, (f.__name__, stats)
+    g, _ = rr.reroll(traced(signs, RNG.random(40)))
+    # arctan2(+-0, -2) = +-pi: 20 of each cancel; lost signs would give (40 pi)^2
+    assert abs(interpret.evaluate(g, [np.zeros(40)])[0]) < 1e-9
+
+
 # -- non-affine indices and guards stay unrolled ------------------------------------------------
 
 

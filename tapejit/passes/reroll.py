@@ -43,6 +43,9 @@ every further iteration is walked against it. The walk stops at *leaves*:
   ``x[a : a+b*T : b]`` (moved to the front axis) built outside the loop;
 * ``iconst`` — a scalar constant that is an integer affine in ``k`` (``i`` used as a number):
   computed in the body from the iteration index (exactly: integers below 2**52);
+* ``cseq`` — any other scalar constant that differs between iterations (``mu[i]`` of a numpy
+  table, ``0.9**i``): the iterations' numbers become a constant input of the trace, scanned
+  by the loop (exactly the unrolled trace's numbers, the sign of a zero included);
 * ``rmw`` — in a scatter chain, a read of the carry at the very position the iteration writes
   (``y[i] += v`` traces to ``scatter(y, y[i] + v){i}``): it reads the initial array there.
 
@@ -87,6 +90,9 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable
+
+import numpy as np
 
 from .. import ir, ops
 from ..ir import Graph, Node, Type, substitute
@@ -189,7 +195,7 @@ class _Differentiable:
         return memo[id(n)][1]
 
 
-def _build_reduction(run: _Run, chain: list[Node]) -> Node | None:
+def _build_reduction(run: _Run, chain: list[Node], tables: dict[int, Node]) -> Node | None:
     """A sum instead of a loop: ``e = e + term`` (``e = e - term``; several terms an
     iteration) whose terms do not read ``e``, are scalars and are built from elementwise ops
     on scalar element reads, params and constants, becomes ``e_0 + sum(terms)`` with the
@@ -246,6 +252,8 @@ def _build_reduction(run: _Run, chain: list[Node]) -> Node | None:
         elif kind == "xs":
             first = run.first[id(R)]
             out, _ = _scanned(first.args[0], first.attrs, run.steps[id(R)], T)
+        elif kind == "cseq":
+            out = tables[id(R)]
         elif kind == "node" and R.op in ops.ELEMENTWISE:
             args = [vectorised(a) for a in R.args]
             if any(a is None for a in args):
@@ -275,9 +283,12 @@ def _build_reduction(run: _Run, chain: list[Node]) -> Node | None:
 
 
 def _build_loop(
-    run: _Run, chain: list[Node], number: int, diff: _Differentiable
+    run: _Run, chain: list[Node], number: int, diff: _Differentiable,
+    table: Callable[[tuple], Node] | None = None,
 ) -> tuple[Node, bool]:
-    """The node that replaces ``chain[run.hi]``, and whether it is a sum (no loop)."""
+    """The node that replaces ``chain[run.hi]``, and whether it is a sum (no loop).
+    ``table(values)``: a constant input holding ``values`` (the numbers a ``cseq`` leaf takes,
+    one per iteration); without it, a run with such a leaf fails."""
     from .. import autodiff  # autodiff imports the passes' users; import late
 
     tpl = run.tpl
@@ -299,9 +310,18 @@ def _build_loop(
     xs: list[Node] = []
     params: list[Node] = []
     param_refs: list[Node] = []
+    tables: dict[int, Node] = {}
     for r in tpl.leaves:
         kind = tpl.kind[id(r)]
-        if kind == "xs":
+        if kind == "cseq":  # a number per iteration: a constant table, scanned
+            if table is None or len(run.tables.get(id(r), ())) != T:
+                raise _Fail
+            node = tables[id(r)] = table(run.tables[id(r)])
+            x_in = ops.input_node(len(inputs), f"{prefix}x{len(xs)}", r.type)
+            inputs.append(x_in)
+            xs.append(node)
+            mapping[id(r)] = x_in
+        elif kind == "xs":
             first = run.first[id(r)]
             node, _ = _scanned(first.args[0], first.attrs, run.steps[id(r)], T)
             x_in = ops.input_node(len(inputs), f"{prefix}x{len(xs)}", r.type)
@@ -335,7 +355,7 @@ def _build_loop(
         params.append(r)
         mapping[id(r)] = p_in
     if not map_mode and REDUCE:
-        total = _build_reduction(run, chain)
+        total = _build_reduction(run, chain, tables)
         if total is not None:
             return total, True
     out_ref = R0.args[1] if map_mode else R0
@@ -446,8 +466,8 @@ def extend(chain: list[Node], chain_ids: set[int], extra: int, number: str, diff
         raise _Fail
     run = runs[-1]
     tpl = run.tpl
-    if any(tpl.kind[id(r)] == "iconst" for r in tpl.leaves):
-        raise _Fail
+    if any(tpl.kind[id(r)] in ("iconst", "cseq") for r in tpl.leaves):
+        raise _Fail  # a number that varies: its values in the iterations not traced are unknown
     if run.init is None or len({id(n) for n in chain}) != len(chain):
         raise _Fail  # an iteration that does not read its carry, or changes nothing
     run.extra = extra
@@ -493,6 +513,18 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
     spine_ids = {id(n) for c in chains for n in c}
     diff = _Differentiable(g)
     mapping: dict[int, Node] = {}
+    tables: list[tuple[Node, np.ndarray]] = []  # constant inputs added (cseq leaves)
+    names = {n.attrs[1] for n in g.inputs}
+
+    def table(values: tuple) -> Node:
+        arr = np.array(values, dtype=np.float64)
+        name, k = f"reroll_t{len(tables)}", 0
+        while name in names:
+            name, k = f"reroll_t{len(tables)}_{k}", k + 1
+        node = ops.input_node(len(g.inputs) + len(tables), name, Type(arr.shape))
+        tables.append((node, arr))
+        return node
+
     number = 0
     known: set = set()  # signatures of the templates of long runs (reroll_match.MIN_SHORT_RUN)
     for chain in chains:
@@ -522,9 +554,11 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
                 break
         _, sub, runs = best
         for run in runs:
+            made = len(tables)
             try:
-                new, summed = _build_loop(run, sub, number, diff)
+                new, summed = _build_loop(run, sub, number, diff, table)
             except _Fail:
+                del tables[made:]
                 continue
             mapping[id(sub[run.hi])] = new
             number += 1
@@ -533,6 +567,15 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
             stats["iterations"] += run.hi - run.lo + 1
     if mapping:
         g = _replace_all(g, mapping)
+        if tables:
+            bindings = dict(g.bindings)
+            for node, arr in tables:
+                bindings[node.attrs[0]] = arr
+            g = g.replace(
+                inputs=g.inputs + tuple(n for n, _ in tables),
+                kinds=g.kinds + ("const",) * len(tables),
+                bindings=bindings,
+            )
         ir.verify(g)
         stats["nodes_after"] = len(g.nodes)
     stats["seconds"] = time.perf_counter() - t0

@@ -29,6 +29,8 @@ MAX_PERIOD = 6
 #: Ops whose chains carry an array through indexed writes (map mode possible).
 _WRITES = (Op.SCATTER, Op.SCATTER_ADD)
 _EXACT_INT = 2.0**52
+#: The kinds of a template's leaves (what a walk does not go below): see reroll's docstring.
+LEAF_KINDS = ("same", "xs", "iconst", "cseq", "rmw")
 
 
 
@@ -140,12 +142,12 @@ def _split_items(items: tuple) -> tuple[tuple, tuple[int, ...]] | None:
 class _Template:
     """The shape of one iteration, from the reference iteration ``s``: for each node of it
     (by id) its kind — ``node`` (matched op by op), ``carry``, ``same``, ``xs``, ``iconst``,
-    ``rmw`` — and the order of its leaves."""
+    ``cseq``, ``rmw`` — and the order of its leaves."""
 
     s: int
     kind: dict[int, str] = field(default_factory=dict)
     ref: dict[int, Node] = field(default_factory=dict)  # id -> reference node
-    leaves: list[Node] = field(default_factory=list)  # xs/iconst/same/rmw leaves, first-seen
+    leaves: list[Node] = field(default_factory=list)  # xs/iconst/cseq/same/rmw, first-seen
     root_varies: bool = False
 
 
@@ -255,6 +257,8 @@ class _Matcher:
             if kd == "iconst":
                 v = N.attrs[0] if N.op == CONST and N.type == R.type else None
                 return _whole(v) and (int(v),) == expect[id(R)]
+            if kd == "cseq":
+                return N.op == CONST and N.type == R.type
             if kd == "rmw":
                 return N.op == INDEX and N.args[0] is carry[0] and N.attrs == N0.attrs
             return False
@@ -342,7 +346,7 @@ class _Matcher:
         tpl.kind[id(R)] = kind
         tpl.ref[id(R)] = R
         st["log"].append(("kind", id(R)))
-        if kind in ("same", "xs", "iconst", "rmw"):
+        if kind in LEAF_KINDS:
             tpl.leaves.append(R)
 
     def _pair(self, tpl: _Template, st: dict, R: Node, Ns: tuple, building: bool) -> None:
@@ -400,6 +404,10 @@ class _Matcher:
                 ints.append((int(v),))
             self._check_ints(st, id(R), (int(R.attrs[0]),), ints, building)
             return
+        if kind == "cseq":
+            if any(N.op != Op.CONST or N.type != R.type for N in Ns):
+                raise _Fail
+            return
         if kind == "rmw":  # the carried array read where this iteration writes
             for j, (k, N) in enumerate(zip(st["ks"], Ns)):
                 root = self.chain[k]
@@ -441,11 +449,13 @@ class _Matcher:
             R.op == Op.CONST
             and R.type == Type(())
             and all(N.op == Op.CONST and N.type == R.type for N in Ns)
-            and any(N.attrs != R.attrs for N in Ns)
-            and isinstance(R.attrs[0], float)
-            and _whole(R.attrs[0])
-        ):
-            return "iconst"
+        ):  # not one node in every iteration (``same``): a number per iteration (0.0, -0.0)
+            vals = [R.attrs[0], *(N.attrs[0] for N in Ns)]
+            if all(_whole(v) for v in vals) and (
+                len(vals) != 3 or vals[2] - vals[0] == 2 * (vals[1] - vals[0])
+            ):
+                return "iconst"  # the loop index as a number: computed in the body
+            return "cseq"  # any other number per iteration: read from a table
         return "node"
 
 
@@ -478,6 +488,7 @@ class _Run:
     root_first_items: tuple = ()  # the written position of iteration lo (map mode)
     root_step: tuple = ()
     extra: int = 0  # iterations after hi not in the chain (a captured loop's, not traced)
+    tables: dict = field(default_factory=dict)  # cseq leaf id -> its value in each iteration
 
     @property
     def trips(self) -> int:
@@ -549,10 +560,19 @@ def _find_runs(
             s += 1
             continue
 
-        def fits(k: int, free: bool = False, s=s, tpl=tpl, base=base, step=step) -> dict | None:
+        cseq = [r for r in tpl.leaves if tpl.kind[id(r)] == "cseq"]
+        consts = {s: [r for r in cseq]}  # iteration -> its node of each cseq leaf
+        consts[s + 1] = [st["env"][id(r)][0] for r in cseq]
+        consts[s + 2] = [st["env"][id(r)][1] for r in cseq]
+
+        def fits(k: int, free: bool = False, s=s, tpl=tpl, base=base, step=step,
+                 cseq=cseq, consts=consts) -> dict | None:  # fmt: skip
             d = k - s
             expect = {key: tuple(b + d * e for b, e in zip(base[key], step[key])) for key in base}
-            return (free_m if free else m).check(tpl, k, free, expect)
+            got = (free_m if free else m).check(tpl, k, free, expect)
+            if got is not None and cseq:
+                consts[k] = [got["env"][id(r)][0] for r in cseq]
+            return got
 
         hi = s + 2
         while hi + 1 < len(chain) and fits(hi + 1) is not None:
@@ -581,7 +601,11 @@ def _find_runs(
             first = {id(r): lo_st["env"][id(r)][0] for r in tpl.leaves}
             init = lo_st["carry"][0]
         root_step = step.pop("__root__", ())
-        run = _Run(tpl, lo, hi, init, first, step, chain[lo].attrs, root_step)
+        tables = {
+            id(r): tuple(consts[k][j].attrs[0] for k in range(lo, hi + 1))
+            for j, r in enumerate(cseq)
+        }
+        run = _Run(tpl, lo, hi, init, first, step, chain[lo].attrs, root_step, tables=tables)
         sig = _template_signature(tpl, chain[tpl.s]) if known is not None else None
         if short and sig not in known:
             pending.append((run, sig))  # its body may turn up in a long run further on
