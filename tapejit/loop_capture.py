@@ -11,9 +11,10 @@ and the passes after it no longer grow with the trip count.
 What makes the shortcut exact, beyond the source's guarantee (every iteration runs the same
 straight-line code, the loop variable only in affine element reads of arrays the loop does
 not assign): while capturing, each of those element reads must produce an element read of
-the same traced array (not a constant, not a value numpy computed; a float64 numpy array read
-at the loop index, a table of per-element numbers such as masses or charges, is read as the
-constant input tracing captures it as); the traced iterations may
+the same traced array (not a constant, not a value numpy computed: a numpy table read at the
+index, ``mu[i]``, gives numbers that numpy combines before tapejit sees them — ``mu[i] ** 0.5``,
+``mu[i] % 2.0`` — so such a loop is traced in full and re-rolled with the numbers it traced,
+:mod:`tapejit.passes.reroll`); the traced iterations may
 record no guard and no conversion error; each carry must be a traced float array or scalar
 after every iteration, a new one (not written in place, not a view); the traced iterations must match one template up to the last, with no varying
 constant; and every element read must stay in bounds over the whole range. When anything
@@ -25,8 +26,6 @@ from __future__ import annotations
 
 import threading
 from typing import Callable
-
-import numpy as np
 
 from . import loop_source, tracing, views
 from .progress import log
@@ -56,18 +55,19 @@ _reading = _Reading()
 def read(base, key):
     """``base[key]``: an element read of the loop variable in a captured body. While
     capturing, it must be an ``index`` node of ``base``'s own node at integer positions."""
-    r = _reading
-    if r.capturing and r.ok and _table(base):
-        base = tracing.lift(base)  # a constant input, read like an argument (see _capturable)
     out = base[key]
+    r = _reading
     if r.capturing and r.ok:
         node = getattr(out, "node", None)
         items = key if isinstance(key, tuple) else (key,)
         if not (
             isinstance(base, tracing.Tracer)
             and isinstance(out, tracing.Tracer)
-            and node.op == Op.INDEX
-            and node.args[0] is base.node
+            and (
+                (node.op == Op.INDEX and node.args[0] is base.node)
+                # the element this iteration wrote (ops.index forwards the value written)
+                or (base.node.op == Op.SCATTER and base.node.args[1] is node)
+            )
             and all(type(k) is int or k is ALL for k in items)
         ):
             r.ok = False
@@ -75,12 +75,6 @@ def read(base, key):
 
 
 ALL = slice(None)
-
-
-def _table(v) -> bool:
-    """Whether ``v`` is a table of numbers a captured loop reads at its index (``mu[i]``):
-    a float64 numpy array (exactly: float32 arithmetic would differ once it is traced as f64)."""
-    return type(v) is np.ndarray and v.dtype == np.float64
 
 
 def _run(it, body: Callable, carries: tuple) -> tuple:
@@ -115,7 +109,7 @@ def _capturable(carries: tuple, bases: Callable, writes: tuple, invariants: tupl
         arrays = bases()
     except Exception:  # noqa: BLE001 - the loop as written raises it where Python would
         return False
-    if not all(_table(b) or (type(b) is tracing.Tracer and b.level == 1) for b in arrays):
+    if not all(type(b) is tracing.Tracer and b.level == 1 for b in arrays):
         return False
     # a written array must be a root (the writes of a view go to its base) of its own
     return all(

@@ -278,8 +278,9 @@ def _unchanged(snap: np.ndarray, arr: np.ndarray) -> bool:
     a zero and the payload of a NaN count)."""
     if snap.shape != arr.shape:
         return False
-    if arr.dtype == np.float64:
-        return bool(np.array_equal(snap.view(np.uint64), arr.view(np.uint64)))
+    if snap.dtype == np.float64:  # as captured (float32, >f8 and ints convert exactly)
+        now = np.asarray(arr, dtype=np.float64)
+        return bool(np.array_equal(snap.view(np.uint64), now.view(np.uint64)))
     return bool(np.array_equal(snap, arr))
 
 
@@ -1187,7 +1188,7 @@ def _setitem(y: Tracer, key, value) -> None:
             f"could not broadcast input array from shape {vnode.shape} into shape {region}"
         ) from None
     vnode = ops.broadcast_to(ops.reshape(vnode, shape), region)
-    new = ops.make(Op.SCATTER, y.node, vnode, attrs=items) if items else vnode
+    new = ops.scatter(y.node, vnode, items) if items else vnode
     views.write(y, new, _UNSET)
 
 

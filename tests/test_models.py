@@ -150,6 +150,22 @@ def test_array_changed_in_place_while_tracing_is_captured_again():
     assert grad[0] == pytest.approx(6.0 - 5.0 / (4.0 + 25.0), rel=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ">f8", np.int64])
+def test_array_of_another_dtype_changed_in_place_is_captured_again(dtype):
+    """Converted to float64 when captured; a later change, even of a zero's sign only, is seen."""
+    c = np.array([1.0, 0.0, 2.0]).astype(dtype)
+
+    def f(x):
+        a = np.sum(np.arctan2(c, x - 2.0))
+        c[1] = -c[1] if c.dtype.kind == "f" else 3
+        b = np.sum(np.arctan2(c, x - 2.0))
+        c[1] = 0
+        return a * b
+
+    x = np.array([0.5, 0.25, 1.0])
+    assert tj.compile(f, x, cache=False).value_and_grad(x)[0] == pytest.approx(f(x), rel=1e-6)
+
+
 # -- a small MLP ------------------------------------------------------------------------------------
 D_IN, D_HID, D_OUT = 5, 8, 3
 _r = rng(3)
