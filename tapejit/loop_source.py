@@ -11,7 +11,8 @@ enough (:mod:`tapejit.loop_capture` builds the rest), by reading the function's 
 **Capturable loops.** An innermost ``for NAME in ITER:`` (no ``else``) whose body is
 straight-line code: only
 
-* assignments ``v = expr`` and ``v op= expr`` to plain names (and ``pass``);
+* assignments ``v = expr`` and ``v op= expr`` to plain names, ``a, b = e1, e2`` (and
+  ``pass``);
 * writes ``y[index] = expr`` / ``y[index] op= expr`` into an array the loop does not rebind,
   at an index affine in the loop variable (a map: ``out[i] = ...``; a scatter-add:
   ``g[j, 0] += ...``) or at the same index every iteration;
@@ -103,6 +104,7 @@ class _Loop:
             t.id for st in node.body
             for t in ((st.targets[0],) if isinstance(st, ast.Assign) else
                       (st.target,) if isinstance(st, ast.AugAssign) else ())
+            for t in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else (t,))
             if isinstance(t, ast.Name)
         )  # fmt: skip
         for st in node.body:
@@ -126,6 +128,9 @@ class _Loop:
             target, value, reads_target = st.target, st.value, True
         else:
             raise _NotCapturable
+        if isinstance(target, (ast.Tuple, ast.List)) and not reads_target:
+            self._unpack(target, value)
+            return
         if isinstance(target, ast.Subscript):
             self._write(target, value)
             self._carried(_names(value) | _names(target.slice))
@@ -140,6 +145,26 @@ class _Loop:
         self._carried(_names(value) | ({target.id} if reads_target else set()))
         if target.id not in self.assigned:
             self.assigned.append(target.id)
+
+    def _unpack(self, target: ast.Tuple | ast.List, value: ast.expr) -> None:
+        """``a, b = e1, e2``: every value is evaluated, then every name assigned (so
+        ``a, b = b, a`` reads both before either changes)."""
+        names = [t.id for t in target.elts if isinstance(t, ast.Name)]
+        if (
+            not isinstance(value, (ast.Tuple, ast.List))
+            or len(value.elts) != len(target.elts)
+            or len(names) != len(target.elts)
+            or len(set(names)) != len(names)
+            or self.var in names
+            or any(isinstance(v, ast.Starred) for v in value.elts)
+        ):
+            raise _NotCapturable
+        for v in value.elts:
+            self._expr(v)
+        self._carried(set().union(*(_names(v) for v in value.elts)))
+        for name in names:
+            if name not in self.assigned:
+                self.assigned.append(name)
 
     def _carried(self, read: set[str]) -> None:
         """Names read before the body assigns them (in this iteration) are carried."""

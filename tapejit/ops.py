@@ -612,7 +612,36 @@ def transpose(x: Node, perm: tuple[int, ...] | None = None) -> Node:
 
 
 def index(x: Node, items: tuple) -> Node:
-    return make(Op.INDEX, x, attrs=items) if items else x
+    """``x[items]``; of ``x = scatter(acc, v){items}`` (an element just written), ``v`` itself
+    (``u[i] = a; w[i] = u[i] * b`` reads ``a``, not the array: the write and the read are then
+    independent of the rest of ``u``)."""
+    if not items:
+        return x
+    if x.op == Op.SCATTER and x.attrs == items and x.args[1].type == index_type(x, items):
+        return x.args[1]
+    return make(Op.INDEX, x, attrs=items)
+
+
+def scatter(acc: Node, upd: Node, items: tuple) -> Node:
+    """``acc`` with ``acc[items] = upd``. An update that adds to what it overwrites,
+    ``acc[items] + v`` (or ``- v``: what ``y[i] += v`` traces to), is ``scatter_add(acc, v)``:
+    the same rounding (``a - v`` is ``a + (-v)`` exactly), and no read of ``acc`` — so two
+    accumulations into one element commute up to rounding, which lets the re-rolling pass
+    build element loops that add into overlapping positions (``f[e] -= t; f[e + 1] += t``)."""
+    if acc.dtype == "f64" and upd.op in (Op.ADD, Op.SUB) and upd.type == index_type(acc, items):
+        a, b = upd.args
+        read = (a.op == Op.INDEX and a.args[0] is acc and a.attrs == items)
+        if read and b.type == upd.type:
+            return make(Op.SCATTER_ADD, acc, b if upd.op == Op.ADD else neg(b), attrs=items)
+        if upd.op == Op.ADD and b.op == Op.INDEX and b.args[0] is acc and b.attrs == items:
+            if a.type == upd.type:
+                return make(Op.SCATTER_ADD, acc, a, attrs=items)
+    return make(Op.SCATTER, acc, upd, attrs=items)
+
+
+def index_type(x: Node, items: tuple) -> Type:
+    """The type of ``x[items]``."""
+    return Type(index_shape(x.shape, items), x.dtype)
 
 
 def matmul(a: Node, b: Node) -> Node:

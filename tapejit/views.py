@@ -141,7 +141,7 @@ def _inverse(base_node: Node, step: tuple, new: Node) -> Node:
     """The base's new node after its view made by ``step`` became ``new``."""
     kind, arg = step
     if kind == Op.INDEX:
-        return ops.make(Op.SCATTER, base_node, new, attrs=arg) if arg else new
+        return ops.scatter(base_node, new, arg) if arg else new
     if kind == Op.TRANSPOSE:
         return ops.transpose(new, tuple(np.argsort(arg).tolist()))
     return ops.reshape(new, base_node.shape)

@@ -364,6 +364,42 @@ def test_accumulate_into_elements():
     against_unrolled(f, RNG.random(20), iterations=40, n_loops=2)
 
 
+def test_several_writes_an_iteration(reduce):
+    """Writes of one iteration into positions of their own (r[i, 0], r[i, 1]): one loop
+    writing each stage at once. Additions into positions the next iteration adds to as well
+    (f[e] -= t; f[e + 1] += t, element assembly): one loop when sums may be reassociated
+    (the default), else left as traced. Writes that overwrite each other: left as traced."""
+
+    def components(x):
+        r = np.zeros_like(x, shape=(len(x) // 2, 2))
+        for i in range(len(x) // 2):
+            r[i, 0] = x[2 * i] * x[2 * i] - x[2 * i + 1]
+            r[i, 1] = np.sin(x[2 * i]) * x[2 * i + 1]
+        return np.sum(r * r)
+
+    def assembly(x):
+        f = x * 0.25
+        for e in range(len(x) - 1):
+            h = x[e + 1] - x[e]
+            t = h / (1.0 + h * h)
+            f[e] -= t
+            f[e + 1] += t
+        return np.sum(f * f * f)
+
+    def overwriting(x):
+        y = np.zeros_like(x)
+        for i in range(len(x) - 1):
+            y[i] = np.sin(x[i])
+            y[i + 1] = x[i] * x[i + 1]
+        return np.sum(y * y)
+
+    stats = against_unrolled(components, RNG.random(40), n_loops=1)
+    assert stats["iterations"] >= 18
+    stats = against_unrolled(assembly, RNG.random(30), n_loops=1 if reduce else 0)
+    assert stats["iterations"] >= (27 if reduce else 0)
+    against_unrolled(overwriting, RNG.random(30), iterations=0, n_loops=0)
+
+
 def test_rows_of_a_matrix_and_columns():
     def f(x):  # x: (n, 3)
         y = np.zeros_like(x)

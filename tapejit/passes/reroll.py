@@ -45,9 +45,11 @@ every further iteration is walked against it. The walk stops at *leaves*:
   computed in the body from the iteration index (exactly: integers below 2**52);
 * ``cseq`` — any other scalar constant that differs between iterations (``mu[i]`` of a numpy
   table, ``0.9**i``): the iterations' numbers become a constant input of the trace, scanned
-  by the loop (exactly the unrolled trace's numbers, the sign of a zero included);
+  by the loop (exactly the unrolled trace's numbers, the sign of a zero included; a sum of
+  terms made from them is reassociated like any other, see :data:`REDUCE`);
 * ``rmw`` — in a scatter chain, a read of the carry at the very position the iteration writes
-  (``y[i] += v`` traces to ``scatter(y, y[i] + v){i}``): it reads the initial array there.
+  (``y[i] = y[i] * v``; ``y[i] += v`` is traced as a ``scatter_add``, :func:`tapejit.ops.scatter`):
+  it reads the initial array there.
 
 Everything else must match node for node (op, attributes, type). A run is cut where an
 iteration does not match, where an index is not affine, and where an iteration touches a node a
@@ -69,7 +71,12 @@ unrolled.
 * map mode (a ``scatter``/``scatter_add`` chain writing ``y[a + b*k]``, ``b != 0``, whose update
   does not read the carry except at the written position): a loop with no carry returning the
   updates as stacked ``ys``, written into the initial array by one strided ``scatter``
-  (distinct positions, so the order of the writes does not matter).
+  (distinct positions, so the order of the writes does not matter). An iteration may write
+  several positions (``r[i, 0] = a; r[i, 1] = b``: the earlier writes are ``write`` nodes of
+  the template, their positions affine like the root's): one ``ys`` and one strided write per
+  stage, when all the positions written are distinct — or, with :data:`REDUCE`, when every
+  write adds (``f[e] -= t; f[e + 1] += t``, :func:`tapejit.ops.scatter`): each element gets the
+  same terms in another order (:func:`_stages`).
 
 A first iteration that tracing simplified (``0.0 * 0.5`` and ``1.0 * t`` fold) does not match
 and stays unrolled; the loop starts from its result.
@@ -358,16 +365,18 @@ def _build_loop(
         total = _build_reduction(run, chain, tables)
         if total is not None:
             return total, True
-    out_ref = R0.args[1] if map_mode else R0
-    if map_mode and R0.args[0] is not carry_ref:
-        raise _Fail  # the iteration changes the array in some other way too (y[0] = ...)
-    if map_mode and carry_ref in _reachable(out_ref, {**mapping, id(carry_ref): carry_ref}):
-        raise _Fail  # the update reads the carried array elsewhere than where it writes
-    (out,) = substitute((out_ref,), mapping)
-    if out.dtype != "f64":
+    stages = _stages(run, carry_ref, chain) if map_mode else [R0]
+    out_refs = [w.args[1] for w in stages] if map_mode else [R0]
+    if map_mode:
+        stop = {**mapping, id(carry_ref): carry_ref}
+        for ref in out_refs:
+            if any(n is carry_ref or n in stages for n in _reachable(ref, stop)):
+                raise _Fail  # the update reads the carried array elsewhere than where it writes
+    outs = substitute(tuple(out_refs), mapping)
+    if any(o.dtype != "f64" for o in outs):
         raise _Fail
     n_carry, n_xs = len(carries), len(xs)
-    body = Graph("body", tuple(inputs), ("inactive",) * len(inputs), (out,))
+    body = Graph("body", tuple(inputs), ("inactive",) * len(inputs), tuple(outs))
     body, all_params = ops.hoist_invariants(body, 1 + n_carry + n_xs, params, f"{prefix}h")
     vjp = None
     if any(diff(n) for n in carries + xs + all_params):
@@ -381,18 +390,63 @@ def _build_loop(
     lay = ops.loop_layout(spec)
     if not map_mode:
         return ops.segment(loop, lay.carries[0]), False
-    ys = _unscanned(ops.segment(loop, lay.ys[0]), _write_axis(run))
-    items = _write_items(run.root_first_items, run.root_step, T)
-    return ops.make(R0.op, run.init, ys, attrs=items), False
+    acc = run.init
+    for w, seg in zip(stages, lay.ys):
+        first, step = _position(run, w, R0)
+        ys = _unscanned(ops.segment(loop, seg), _write_axis(first, step))
+        acc = ops.make(w.op, acc, ys, attrs=_write_items(first, step, T))
+    return acc, False
 
 
-def _write_axis(run: _Run) -> int:
+def _position(run: _Run, w: Node, root: Node) -> tuple[tuple, tuple]:
+    """Where write ``w`` of the template (the root or an earlier ``write``) writes in the
+    loop's first iteration, and how its integers move per iteration."""
+    if w is root:
+        return run.root_first_items, run.root_step
+    return run.first[id(w)].attrs, run.steps[id(w)]
+
+
+def _stages(run: _Run, carry_ref: Node, chain: list[Node]) -> list[Node]:
+    """The writes of one map iteration in order, the carried array's first: ``[y[a_k] = u]``,
+    or several (``r[i, 0] = a; r[i, 1] = b``) when each writes a position of its own in every
+    iteration (writes may then be done stage by stage, each stage one strided write) — or, when
+    all add (``f[e] -= t; f[e + 1] += t``), in any order up to rounding (:data:`REDUCE`; the
+    sums then round like a reassociated sum)."""
+    tpl, T = run.tpl, run.trips
+    w, stages = chain[tpl.s], []
+    while True:
+        stages.append(w)
+        w = w.args[0]
+        if w is carry_ref:
+            break
+        if tpl.kind.get(id(w)) != "write":
+            raise _Fail  # the iteration changes the array in some other way too (y[0] = ...)
+    stages.reverse()
+    if len(stages) == 1:
+        return stages
+    if any(tpl.kind[id(r)] == "rmw" for r in tpl.leaves):
+        raise _Fail
+    pattern = _split_items(stages[0].attrs)[0]
+    seen: set[tuple] = set()
+    for st in stages:
+        first, step = _position(run, st, stages[-1])
+        p, ints = _split_items(first)
+        if p != pattern or any(it is not None for it in p):
+            raise _Fail  # element writes at positions of one form only
+        for k in range(T):
+            seen.add(tuple(a + b * k for a, b in zip(ints, step)))
+    if len(seen) != T * len(stages) and not (REDUCE and all(st.op == Op.SCATTER_ADD for st in stages)):
+        raise _Fail  # writes that overwrite each other: their order matters
+    return stages
+
+
+def _write_axis(first: tuple, step: tuple) -> int:
     """Where the varying axis of the written position sits in the written block."""
-    pattern, _ = _split_items(run.root_first_items)
+    pattern, _ = _split_items(first)
     pos, j = 0, 0
     for p in pattern:
         if p is None:
-            if run.root_step[j] != 0:
+            if step[j] != 0:
                 return pos
             j += 1
         else:
@@ -481,7 +535,7 @@ def extend(chain: list[Node], chain_ids: set[int], extra: int, number: str, diff
                 raise _Fail  # the index leaves the array (or wraps around, negative)
 
     for r in tpl.leaves:
-        if tpl.kind[id(r)] == "xs":
+        if tpl.kind[id(r)] in ("xs", "write"):
             first = run.first[id(r)]
             in_bounds(first.attrs, run.steps[id(r)], first.args[0].type.shape)
     if tpl.root_varies:  # a map: the written positions

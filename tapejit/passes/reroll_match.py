@@ -31,6 +31,10 @@ _WRITES = (Op.SCATTER, Op.SCATTER_ADD)
 _EXACT_INT = 2.0**52
 #: The kinds of a template's leaves (what a walk does not go below): see reroll's docstring.
 LEAF_KINDS = ("same", "xs", "iconst", "cseq", "rmw")
+#: Listed in a template's ``leaves`` too: its leaves, and ``write`` — an earlier write of a map
+#: iteration that writes several positions (``r[i, 0] = a; r[i, 1] = b``), at a position that
+#: moves like the root's (walked below like a node).
+_LISTED = (*LEAF_KINDS, "write")
 
 
 
@@ -142,7 +146,7 @@ def _split_items(items: tuple) -> tuple[tuple, tuple[int, ...]] | None:
 class _Template:
     """The shape of one iteration, from the reference iteration ``s``: for each node of it
     (by id) its kind — ``node`` (matched op by op), ``carry``, ``same``, ``xs``, ``iconst``,
-    ``cseq``, ``rmw`` — and the order of its leaves."""
+    ``cseq``, ``rmw``, ``write`` — and the order of its leaves (and writes)."""
 
     s: int
     kind: dict[int, str] = field(default_factory=dict)
@@ -234,6 +238,18 @@ class _Matcher:
                     or id(N) in chain_ids
                     or id(N) in guarded
                     or len(N.args) != len(R.args)
+                ):
+                    return False
+                return args(R, N)
+            if kd == "write":
+                if (
+                    N.op != R.op
+                    or N.type != R.type
+                    or id(N) in chain_ids
+                    or id(N) in guarded
+                    or (sn := split(N.attrs)) is None
+                    or sn[0] != split(R.attrs)[0]
+                    or sn[1] != expect[id(R)]
                 ):
                     return False
                 return args(R, N)
@@ -346,7 +362,7 @@ class _Matcher:
         tpl.kind[id(R)] = kind
         tpl.ref[id(R)] = R
         st["log"].append(("kind", id(R)))
-        if kind in LEAF_KINDS:
+        if kind in _LISTED:
             tpl.leaves.append(R)
 
     def _pair(self, tpl: _Template, st: dict, R: Node, Ns: tuple, building: bool) -> None:
@@ -414,6 +430,18 @@ class _Matcher:
                 if N.op != Op.INDEX or N.args[0] is not st["carry"][j] or N.attrs != root.attrs:
                     raise _Fail
             return
+        if kind == "write":  # an earlier write of the iteration: its position moves too
+            sr = _split_items(R.attrs)
+            ints = []
+            for N in Ns:
+                sn = _split_items(N.attrs) if N.op == R.op else None
+                if sn is None or sn[0] != sr[0] or N.type != R.type or id(N) in self.chain_ids:
+                    raise _Fail
+                ints.append(sn[1])
+            self._check_ints(st, id(R), sr[1], ints, building)
+            st["count"] += 1
+            self._args(tpl, st, R, Ns, building)
+            return
         # an internal node
         for N in Ns:
             if id(N) in self.chain_ids or N.op in ops.LEAF:
@@ -435,6 +463,13 @@ class _Matcher:
             raise _Fail
         if all(N is R for N in Ns):
             return "same"
+        if (
+            tpl.root_varies
+            and R.op in _WRITES
+            and all(N.op == R.op for N in Ns)
+            and any(N.attrs != R.attrs for N in Ns)
+        ):
+            return "write"
         if R.op == Op.INDEX and all(N.op == Op.INDEX for N in Ns):
             root = self.chain[tpl.s]
             if tpl.root_varies and R.args[0] is carry_ref and R.attrs == root.attrs:
@@ -470,7 +505,7 @@ def _whole(v) -> bool:
 
 
 def _leaf_ints(kind: str, n: Node) -> tuple:
-    if kind == "xs":
+    if kind in ("xs", "write"):
         return _split_items(n.attrs)[1]
     if kind == "iconst":
         return (int(n.attrs[0]),)
@@ -520,6 +555,9 @@ def _template_signature(tpl: _Template, root: Node) -> tuple:
         elif kind == "xs":
             base = n.args[0].type
             out = (kind, base.shape, _split_items(n.attrs)[0], n.type.shape, n.type.dtype)
+        elif kind == "write":
+            args = [sig(a) for a in n.args]
+            out = (kind, n.op, _split_items(n.attrs)[0], n.type.shape, tuple(args))
         else:
             out = (kind, n.type.shape, n.type.dtype)
         memo[id(n)] = out
@@ -675,8 +713,11 @@ def _facts(tpl: _Template, st: dict | None, root: Node) -> dict:
 def _steps_ok(tpl: _Template, step: dict) -> bool:
     """At most one varying integer per index (one scanned axis), and a written position that
     moves (map mode)."""
-    for d in step.values():
+    for key, d in step.items():
         if sum(1 for v in d if v != 0) > 1:
+            return False
+    for r in tpl.leaves:
+        if tpl.kind[id(r)] == "write" and sum(1 for v in step.get(id(r), ()) if v != 0) != 1:
             return False
     if tpl.root_varies:
         d = step.get("__root__", ())
