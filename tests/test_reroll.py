@@ -400,6 +400,33 @@ def test_several_writes_an_iteration(reduce):
     against_unrolled(overwriting, RNG.random(30), iterations=0, n_loops=0)
 
 
+def test_moving_write_into_another_array_is_not_a_stage():
+    """Found by review: a map iteration whose update writes a copy at the loop index
+    (``z[i] = ...``, a one-hot ``e[i] = 1``) moved that write with the loop as if it were a
+    write into the mapped array, and the loop wrote one position only. Left as traced."""
+
+    def local_write(x):
+        z0 = x * 1.0
+        y = np.zeros_like(x)
+        for i in range(len(x)):
+            z = z0.copy()
+            z[i] = x[i] * 3.0
+            y[i] = np.sum(z * x)
+        return np.sum(y * y)
+
+    def one_hot(x):
+        a = np.outer(x, x[::-1]) * 0.01
+        y = np.zeros_like(x)
+        for i in range(len(x)):
+            e = np.zeros_like(x)
+            e[i] = 1.0
+            y[i] = np.sum((a @ e) * x)
+        return np.sum(y * y)
+
+    against_unrolled(local_write, RNG.random(20), n_loops=0)
+    against_unrolled(one_hot, RNG.random(20), n_loops=0)
+
+
 def test_rows_of_a_matrix_and_columns():
     def f(x):  # x: (n, 3)
         y = np.zeros_like(x)

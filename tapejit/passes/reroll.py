@@ -422,6 +422,9 @@ def _stages(run: _Run, carry_ref: Node, chain: list[Node]) -> list[Node]:
         if tpl.kind.get(id(w)) != "write":
             raise _Fail  # the iteration changes the array in some other way too (y[0] = ...)
     stages.reverse()
+    writes = {id(r) for r in tpl.leaves if tpl.kind[id(r)] == "write"}
+    if writes != {id(w) for w in stages[:-1]}:
+        raise _Fail  # a moving write elsewhere than into the carried array (z[i] = ...)
     if len(stages) == 1:
         return stages
     if any(tpl.kind[id(r)] == "rmw" for r in tpl.leaves):

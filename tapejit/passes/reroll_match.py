@@ -153,6 +153,7 @@ class _Template:
     ref: dict[int, Node] = field(default_factory=dict)  # id -> reference node
     leaves: list[Node] = field(default_factory=list)  # xs/iconst/cseq/same/rmw, first-seen
     root_varies: bool = False
+    stages: set = field(default_factory=set)  # ids of the earlier writes into the carry (map)
 
 
 class _Matcher:
@@ -190,6 +191,13 @@ class _Matcher:
                 raise _Fail
             if building:
                 tpl.root_varies = True
+                # the earlier writes of the iteration into the carried array: the nodes on
+                # its path from the carry to the root (no other write may move)
+                w, path, carry_ref = R.args[0], set(), chain[tpl.s - 1]
+                while w is not carry_ref and w.op in _WRITES and len(path) < MAX_PERIOD:
+                    path.add(id(w))
+                    w = w.args[0]
+                tpl.stages = path if w is carry_ref else set()
             elif not tpl.root_varies:
                 raise _Fail
             sr = _split_items(R.attrs)
@@ -464,8 +472,7 @@ class _Matcher:
         if all(N is R for N in Ns):
             return "same"
         if (
-            tpl.root_varies
-            and R.op in _WRITES
+            id(R) in tpl.stages
             and all(N.op == R.op for N in Ns)
             and any(N.attrs != R.attrs for N in Ns)
         ):
