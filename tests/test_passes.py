@@ -614,6 +614,45 @@ def test_long_straight_line_code_is_split_into_bounded_functions(monkeypatch):
     assert max(largest.values()) <= 8 * CHUNK_NODES
 
 
+def test_glue_chunks_are_not_optimised_scalar_chunks_are(monkeypatch):
+    """Chunks that are mostly kernel calls and element reads/writes (rows of a triangular
+    loop) are ``optnone``; chunks of scalar arithmetic (an element loop traced unrolled)
+    are optimised; the entry function always is. Gradients are right either way."""
+    import re
+
+    from tapejit import loop_source
+    from tapejit.passes import reroll
+
+    def optnone(g) -> tuple[int, int]:
+        heads = re.findall(r"^define [^\n]*@\"?([\w.]+)\"?\(([^\n]*)$", g.ir("llvm"), re.M)
+        chunks = [rest for name, rest in heads if re.search(r"\.c\d+$", name)]
+        entry = [rest for name, rest in heads if not re.search(r"\.(c|k)\d+|\.math\.", name)]
+        assert entry and not any("optnone" in rest for rest in entry)
+        return sum("optnone" in rest for rest in chunks), len(chunks)
+
+    def rows(pos):
+        e = 0.0
+        for i in range(len(pos) - 1):
+            d = pos[i + 1 :] - pos[i]
+            e = e + np.sum(np.exp(-np.sum(d * d, axis=1)))
+        return e
+
+    pos = RNG.random((120, 3))
+    g = tj.compile(rows, pos, cache=False)
+    marked, total = optnone(g)
+    assert total >= 2 and marked >= total // 2, (marked, total)
+    h, d = 1e-6, RNG.normal(size=pos.shape)
+    fd = (rows(pos + h * d) - rows(pos - h * d)) / (2 * h)
+    assert np.sum(g(pos) * d) == pytest.approx(fd, rel=1e-6)
+
+    monkeypatch.setattr(reroll, "ENABLED", False)
+    monkeypatch.setattr(loop_source, "ENABLED", False)
+    f = element_loop.make_model(180)
+    g = tj.compile(f, RNG.random(180), cache=False)
+    marked, total = optnone(g)
+    assert total >= 3 and marked <= total // 4, (marked, total)
+
+
 def test_guards_and_batches_work_across_chunks():
     """A guard late in chunked code returns its status through every chunk; batch rows each
     get their own workspace, spill slots included."""
