@@ -271,15 +271,41 @@ def test_non_affine_indices_stay_unrolled():
     against_unrolled(quadratic, RNG.random(100), iterations=0, n_loops=0)
 
 
-def test_recurrence_on_the_array_stays_unrolled():
-    def f(x):
+def test_recurrence_on_the_array_is_a_loop_and_a_map():
+    """y[i] = f(y[i - 1], x[i]): the read of y[i - 1] is the value just stored (ops.index
+    forwards it), so the values form a sequential loop; its carries, stored into y, are
+    exposed as stacked outputs, and a second round makes the stores one map. Short ones stay
+    unrolled."""
+
+    def smooth(x):
         y = np.zeros_like(x)
         y[0] = x[0]
         for i in range(1, len(x)):
-            y[i] = 0.5 * y[i - 1] + x[i]
+            y[i] = 0.5 * y[i - 1] + np.tanh(x[i])
         return np.sum(y * y)
 
-    against_unrolled(f, RNG.random(12), iterations=0)
+    def euler(p):  # x' = -x^3 + p_i, explicit Euler steps stored per step
+        dt = 0.05
+        x = np.zeros_like(p, shape=(len(p) + 1,))
+        x[0] = 1.0
+        for i in range(len(p)):
+            x[i + 1] = x[i] + dt * (p[i] - x[i] ** 3)
+        return np.sum(x * x)
+
+    def rows(x):  # a carried vector stored as rows
+        h = np.zeros_like(x)
+        w = np.array([[0.5, -0.2, 0.1], [0.3, 0.4, -0.1], [0.0, 0.2, 0.6]])
+        for i in range(1, x.shape[0]):
+            h[i] = np.tanh(w @ h[i - 1] + x[i])
+        return np.sum(h * h)
+
+    stats = against_unrolled(smooth, RNG.random(40), n_loops=2)
+    assert stats["iterations"] >= 70
+    stats = against_unrolled(euler, RNG.random(40), n_loops=2)
+    assert stats["iterations"] >= 70
+    stats = against_unrolled(rows, RNG.random((30, 3)), n_loops=2)
+    assert stats["iterations"] >= 50
+    against_unrolled(smooth, RNG.random(12), iterations=0)
 
 
 def test_guards_leave_iterations_unrolled():

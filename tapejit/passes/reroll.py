@@ -81,10 +81,17 @@ unrolled.
 A first iteration that tracing simplified (``0.0 * 0.5`` and ``1.0 * t`` fold) does not match
 and stays unrolled; the loop starts from its result.
 
+**Carries read by another chain.** ``y[i] = 0.9 * y[i-1] + x[i]`` traces to a chain of the
+stored values (the read of ``y[i-1]`` is the value just stored, :func:`tapejit.ops.index`) and a
+scatter chain that stores each of them. The values' loop also returns its carries stacked, each
+read of an intermediate carry becomes a row of them, and another round of the pass
+(:data:`ROUNDS`) finds the stores a map of those rows.
+
 Not re-rolled (left as they are): chains whose iterations read other elements of the carried
-array (``y[i] = y[i-1] + ...``), non-affine indices (``x[i*i]``, ``x[idx[i]]`` with a numpy
+array (``y[i] = y[i-2] + ...``), non-affine indices (``x[i*i]``, ``x[idx[i]]`` with a numpy
 ``idx``), sliding windows (``x[i:i+3]``), two varying axes (``x[i, i]``), several accumulators
-that feed each other (the one that reads the other stays unrolled), iterations with guards, and
+that feed each other through more than the stored value (the one that reads the other stays
+unrolled), iterations with guards, and
 loops over fewer than :data:`MIN_RUN` iterations — except a run of at least
 :data:`MIN_SHORT_RUN` whose body is that of a run of :data:`MIN_RUN` or more in the same trace
 (the short rows at the end of a triangular nest ``for j in range(i + 1, n)``: their loops share
@@ -291,9 +298,11 @@ def _build_reduction(run: _Run, chain: list[Node], tables: dict[int, Node]) -> N
 
 def _build_loop(
     run: _Run, chain: list[Node], number: int, diff: _Differentiable,
-    table: Callable[[tuple], Node] | None = None,
-) -> tuple[Node, bool]:
-    """The node that replaces ``chain[run.hi]``, and whether it is a sum (no loop).
+    table: Callable[[tuple], Node] | None = None, expose: bool = False,
+) -> tuple[Node, bool, Node | None]:
+    """The node that replaces ``chain[run.hi]``, whether it is a sum (no loop), and with
+    ``expose`` (a sequential loop), the carries after each iteration stacked (``ys``: what
+    replaces ``chain[run.lo + t]``, row ``t``, where the carries are read outside the loop).
     ``table(values)``: a constant input holding ``values`` (the numbers a ``cseq`` leaf takes,
     one per iteration); without it, a run with such a leaf fails."""
     from .. import autodiff  # autodiff imports the passes' users; import late
@@ -361,12 +370,12 @@ def _build_loop(
         inputs.append(p_in)
         params.append(r)
         mapping[id(r)] = p_in
-    if not map_mode and REDUCE:
+    if not map_mode and REDUCE and not expose:
         total = _build_reduction(run, chain, tables)
         if total is not None:
-            return total, True
+            return total, True, None
     stages = _stages(run, carry_ref, chain) if map_mode else [R0]
-    out_refs = [w.args[1] for w in stages] if map_mode else [R0]
+    out_refs = [w.args[1] for w in stages] if map_mode else [R0] * (2 if expose else 1)
     if map_mode:
         stop = {**mapping, id(carry_ref): carry_ref}
         for ref in out_refs:
@@ -389,13 +398,14 @@ def _build_loop(
     loop = ops.make(Op.LOOP, *carries, *xs, *all_params, attrs=(spec,))
     lay = ops.loop_layout(spec)
     if not map_mode:
-        return ops.segment(loop, lay.carries[0]), False
+        ys = ops.segment(loop, lay.ys[0]) if expose else None
+        return ops.segment(loop, lay.carries[0]), False, ys
     acc = run.init
     for w, seg in zip(stages, lay.ys):
         first, step = _position(run, w, R0)
         ys = _unscanned(ops.segment(loop, seg), _write_axis(first, step))
         acc = ops.make(w.op, acc, ys, attrs=_write_items(first, step, T))
-    return acc, False
+    return acc, False, None
 
 
 def _position(run: _Run, w: Node, root: Node) -> tuple[tuple, tuple]:
@@ -543,12 +553,18 @@ def extend(chain: list[Node], chain_ids: set[int], extra: int, number: str, diff
             in_bounds(first.attrs, run.steps[id(r)], first.args[0].type.shape)
     if tpl.root_varies:  # a map: the written positions
         in_bounds(run.root_first_items, run.root_step, chain[-1].type.shape)
-    node, _ = _build_loop(run, chain, number, diff)
+    node, _, _ = _build_loop(run, chain, number, diff)
     return node
 
 
 # ----------------------------------------------------------------------------------------------
 # The pass
+
+
+#: Rounds of the pass at most: a round that re-rolls a sequential loop whose carries another
+#: chain reads (``y[i] = 0.9 * y[i - 1] + x[i]``: the stored values are the carries) exposes
+#: them, and the next round re-rolls the reading chain (a map of the stacked carries).
+ROUNDS = 3
 
 
 def reroll(g: Graph) -> tuple[Graph, dict]:
@@ -557,13 +573,44 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
     which ``reductions`` became sums, see :data:`REDUCE`), the trace's node counts before and
     after, and the seconds taken."""
     t0 = time.perf_counter()
+    total: dict = {}
+    for _ in range(ROUNDS):
+        g, stats, exposed = _round(g)
+        for k, v in stats.items():
+            if k == "nodes_before":
+                total.setdefault(k, v)
+            elif k in ("iterations", "loops", "reductions"):
+                total[k] = total.get(k, 0) + v
+            else:
+                total[k] = v
+        if not exposed:
+            break
+    total["seconds"] = time.perf_counter() - t0
+    return g, total
+
+
+def _round(g: Graph) -> tuple[Graph, dict, bool]:
+    """One round of :func:`reroll`; also whether it exposed a loop's carries (see
+    :data:`ROUNDS`)."""
+    t0 = time.perf_counter()
     nodes = g.nodes
     stats = {"nodes_before": len(nodes), "nodes_after": len(nodes), "iterations": 0, "loops": 0,
              "reductions": 0}  # fmt: skip
     chains = _chains(nodes)
     if not chains:
         stats["seconds"] = time.perf_counter() - t0
-        return g, stats
+        return g, stats, False
+    # chain nodes another chain reads directly (a sequential loop's carries, stored: y[i] = c)
+    owner = {id(n): c for c, chain in enumerate(chains) for n in chain}
+    read_outside: set[int] = set()
+    for u in nodes:
+        cu = owner.get(id(u))
+        if cu is not None:
+            for a in u.args:
+                ca = owner.get(id(a))
+                if ca is not None and ca != cu:
+                    read_outside.add(id(a))
+    exposed = False
     guarded: set[int] = set()
     if g.guards:
         guarded = {id(n) for n in ir.toposort(tuple(c for c, _, _ in g.guards))}
@@ -612,12 +659,17 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
         _, sub, runs = best
         for run in runs:
             made = len(tables)
+            expose = any(id(sub[k]) in read_outside for k in range(run.lo, run.hi))
             try:
-                new, summed = _build_loop(run, sub, number, diff, table)
+                new, summed, ys = _build_loop(run, sub, number, diff, table, expose)
             except _Fail:
                 del tables[made:]
                 continue
             mapping[id(sub[run.hi])] = new
+            if ys is not None:  # the carries read outside: rows of the stacked carries
+                for t, k in enumerate(range(run.lo, run.hi)):
+                    mapping[id(sub[k])] = ops.index(ys, (t,))
+                exposed = True
             number += 1
             stats["loops"] += 1
             stats["reductions"] += summed
@@ -636,7 +688,7 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
         ir.verify(g)
         stats["nodes_after"] = len(g.nodes)
     stats["seconds"] = time.perf_counter() - t0
-    return g, stats
+    return g, stats, exposed
 
 
 #: Whether :func:`maybe_reroll` (the first step of ``pipeline.front``, so of every
