@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from typing import Callable
 
 import llvmlite.ir as ir
+import numpy as np
 
 from tapejit import ops
 from tapejit.ir import ITEMSIZE, Node, Program, type_text
@@ -360,8 +361,16 @@ class Lowering:
         self._cases: dict[int, int] = {}  # id(kernel function) -> its case in the walker
         self._case_fns: list[tuple[ir.Function, int]] = []
         checks: dict[int, list[tuple[int, bool]]] = {}
-        for status, (c, expected, _) in enumerate(self.prog.graph.guards, start=1):
-            checks.setdefault(id(c), []).append((status, expected))
+        vector_checks: dict[int, list[tuple[Node, int, bool]]] = {}  # kernel -> its guard vectors
+        status = 1
+        for c, expected, _ in self.prog.graph.guards:
+            if c.shape == ():
+                checks.setdefault(id(c), []).append((status, expected))
+            else:
+                vector_checks.setdefault(self._defined_by(c), []).append((c, status, expected))
+            status += c.shape[0] if c.shape else 1
+        for c, status, expected in vector_checks.pop(-1, ()):
+            self.guard_vector(c, expected, status)
         pending: list[tuple[Interface, ir.Function, list[int]]] = []
         last_read = self._last_read = self._last_reads() if self.chunked else {}
         self._chunk_start = 0
@@ -402,6 +411,10 @@ class Lowering:
                     weight += 1
                 else:
                     pending.append((face, fn, record))
+            if j in vector_checks:
+                self.flush(pending)
+                for c, status, expected in vector_checks[j]:
+                    self.guard_vector(c, expected, status)
             step += 1
         self.flush(pending)
         if self.fn is not self.entry and weight and math / weight <= GLUE_MATH:
@@ -551,6 +564,46 @@ class Lowering:
         b.position_at_end(fail)
         b.ret(I32(status))
         b.position_at_end(cont)
+
+    def _defined_by(self, c: Node) -> int:
+        """The kernel (index in the program) whose loop stores array ``c`` (through a view:
+        its base); -1 for a constant or an input, whose value is there from the start."""
+        s = self.prog.slots.get(id(c))
+        while s is not None and s.kind == "alias":
+            c = s.of
+            s = self.prog.slots.get(id(c))
+        for j, k in enumerate(self.prog.kernels):
+            if k.op is c or any(n is c for n in k.body):
+                return j
+        if c.op == Op.CONST or c.op == Op.INPUT:
+            return -1
+        raise AssertionError(f"no kernel computes the guard vector {c}")  # a bug
+
+    def guard_vector(self, cond: Node, expected: bool, first: int) -> None:
+        """Guards ``first``, ``first + 1``, ... — one per element of the bool vector ``cond``
+        (a re-rolled loop's guards): return the status of the first element that does not have
+        the value the trace saw."""
+        b = self.b
+        if cond.op == Op.CONST:  # known now: the trace computed it, so it holds
+            values = np.broadcast_to(np.asarray(cond.attrs[0], dtype=bool), cond.shape)
+            bad = np.flatnonzero(values != expected)
+            if bad.size:
+                b.ret(I32(first + int(bad[0])))
+                b.position_at_end(self.fn.append_basic_block(f"guard{first}.dead"))
+            return
+        p = self.ptr(cond)
+        fail = self.fn.append_basic_block(f"guard{first}.fail")
+        with self.loop(cond.shape[0]) as i:
+            v = self._load_elem(p, i, "bool")
+            bad = b.xor(v, I1(1)) if expected else v
+            cont = self.fn.append_basic_block(f"guard{first}.next")
+            b.cbranch(bad, fail, cont)
+            b.position_at_end(cont)
+        done = b.block
+        b.position_at_end(fail)
+        status = b.add(b.trunc(i, I32), I32(first))
+        b.ret(status)
+        b.position_at_end(done)
 
     def kernel_fn(self, face: "Interface", k) -> ir.Function:
         """The kernel function of ``k``'s structure, emitted the first time it is seen (see

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ir import Graph, Node, Program, Slot, _fmt_attr, format_graph
+from .ir import Graph, Node, Program, Slot, _fmt_attr, format_graph, guard_size
 from .ops import Op
 
 #: Attribute text longer than this is cut (labels stay readable; the text form has it all).
@@ -163,9 +163,12 @@ class _Scope:
             what = f": {names[k]}" if k < len(names) and names[k] else ""
             w.emit(f"{i} [label={quote(f'return {k}{what}')}, shape=ellipse, style=bold];")
             w.emit(f"{self.ids[id(o)]} -> {i};")
-        for k, (c, expected, where) in enumerate(self.g.guards):
-            i = w.new_id()
-            label = quote(f"guard {k + 1}: == {expected}" + "\n" + str(where))
+        k = 1
+        for c, expected, where in self.g.guards:
+            i, size = w.new_id(), guard_size(c)
+            name = f"guard {k}" if c.shape == () else f"guards {k}-{k + size - 1}"
+            k += size
+            label = quote(f"{name}: == {expected}" + "\n" + str(where))
             w.emit(f"{i} [label={label}, shape=diamond];")
             w.emit(f"{self.ids[id(c)]} -> {i};")
 

@@ -23,7 +23,7 @@ import math
 import struct
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 DTYPES = ("f64", "bool", "i64")
 NUMPY_DTYPE = {"f64": "float64", "bool": "bool", "i64": "int64"}
@@ -273,7 +273,11 @@ class Graph:
     bindings: dict[int, Any] = field(default_factory=dict, compare=False)
     output_names: tuple[str, ...] = ()
     #: Guards recorded by tracing: ``(condition, expected, source)`` — a bool scalar node, the
-    #: outcome the trace took, and the user's file:line. Generated code checks each one.
+    #: outcome the trace took, and the user's file:line. Generated code checks each one, and
+    #: returns its number (1, 2, ... in this order) when it fails. An entry whose condition is
+    #: a bool vector of shape ``(T,)`` stands for ``T`` consecutive guards with one outcome and
+    #: source, one per element (a Python loop's guards re-rolled:
+    #: :mod:`tapejit.passes.reroll_guards`); :func:`flat_guards` numbers them.
     guards: tuple[tuple["Node", bool, str], ...] = ()
     #: (loops, iterations) of Python loops that tracing captured (``tapejit.loop_capture``)
     captured: tuple[int, int] = field(default=(0, 0), compare=False)
@@ -374,8 +378,12 @@ def format_graph(g: Graph, names: dict[int, str] | None = None, bodies: bool = F
         lines.append(f"  {names[id(n)]} = {n.op}{sep}{args}{attrs} : {n.type}")
         if bodies and n.attrs:
             lines.extend(_loop_subgraph_lines(n))
-    for k, (c, expected, where) in enumerate(g.guards):
-        lines.append(f"  guard {k + 1}: {names[id(c)]} == {expected}   # {where}")
+    k = 1
+    for c, expected, where in g.guards:
+        size = guard_size(c)
+        label = f"guard {k}" if c.shape == () else f"guards {k}-{k + size - 1}"
+        lines.append(f"  {label}: {names[id(c)]} == {expected}   # {where}")
+        k += size
     ret = ", ".join(names[id(o)] for o in g.outputs)
     lines.append(f"  return {ret}")
     return "\n".join(lines)
@@ -395,6 +403,22 @@ def _loop_subgraph_lines(n: Node) -> list[str]:
             text = format_graph(sub, {}, bodies=True)
             lines.extend("      " + line for line in text.split("\n"))
     return lines
+
+
+def guard_size(c: Node) -> int:
+    """How many guards a ``Graph.guards`` entry with condition ``c`` stands for: 1 for a bool
+    scalar, ``T`` for a bool vector of shape ``(T,)`` (one guard per element)."""
+    return c.shape[0] if c.shape else 1
+
+
+def flat_guards(guards: Sequence[tuple]) -> tuple[tuple, ...]:
+    """``guards`` (``Graph.guards``) with one ``(condition, expected, source)`` per guard
+    *number*: entry ``k - 1`` is the guard whose failure returns status ``k``. A vector entry
+    is repeated once per element (its condition is the whole vector)."""
+    out: list[tuple] = []
+    for entry in guards:
+        out.extend([entry] * guard_size(entry[0]))
+    return tuple(out)
 
 
 class VerifyError(Exception):
@@ -441,8 +465,10 @@ def verify(g: Graph) -> Graph:
                 raise VerifyError(f"node {n!r} has type {n.type}, its op rule gives {t}")
         mark_verified(n)
     for c, expected, _ in g.guards:
-        if c.type != Type((), "bool") or not isinstance(expected, bool):
-            raise VerifyError(f"guard condition {c!r} must be a bool scalar with a bool outcome")
+        if c.dtype != "bool" or c.ndim > 1 or c.type.size == 0 or not isinstance(expected, bool):
+            raise VerifyError(
+                f"guard condition {c!r} must be a bool scalar or non-empty vector with a bool outcome"
+            )
     for i, k in enumerate(g.kinds):
         if k == "const" and i not in g.bindings:
             raise VerifyError(f"const input {i} of {g.name} has no binding")

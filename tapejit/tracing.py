@@ -186,7 +186,8 @@ def _guard(cond: Node, expected: bool) -> bool:
             "follow one branch. Use tapejit.where(cond, a, b), or tapejit.while_loop for a "
             "data-dependent trip count"
         )
-    expected = st.forced.get(len(st.guards) + 1, bool(expected))
+    number = sum(ir.guard_size(c) for c, _, _ in st.guards) + 1
+    expected = st.forced.get(number, bool(expected))
     st.guards.append((cond, expected, _user_site()))
     return expected
 

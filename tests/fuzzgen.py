@@ -10,7 +10,8 @@ checker recognises by a finite difference that depends on its step.
 The generator tracks each variable's shape, so every expression is valid numpy: elementwise ops
 on broadcastable shapes, reductions with ``axis``/``keepdims``, basic and integer-array
 indexing, in-place updates of arrays made with ``zeros_like``/``copy``, ``@`` on aligned shapes,
-``tj.where``, Python ``if`` on a reduction (a guard), Python loops over elements, and
+``tj.where``, Python ``if`` on a reduction (a guard), Python loops over elements (with a
+branch on each element: a guard per iteration, which re-rolling rolls), and
 ``fori_loop``/``scan``/``while_loop``.
 """
 
@@ -142,7 +143,8 @@ def _statement(data, prog: Program) -> None:
     kind = data.draw(
         st.sampled_from(
             ["unary", "unary", "binary", "binary", "reduce", "index", "inplace", "matmul",
-             "where", "guard", "pyloop", "fori", "scan", "while", "kink", "assemble", "capture"]
+             "where", "guard", "pyloop", "pyguard", "fori", "scan", "while", "kink", "assemble",
+             "capture"]
         )
     )  # fmt: skip
     a = _pick(data, prog)
@@ -246,6 +248,24 @@ def _statement(data, prog: Program) -> None:
         prog.lines.append(f"        {name} = {name} * 0.5 + np.sin({a}[i]) * (i + 1.0)")
         prog.shapes[name] = ()
         prog.features.add("pyloop")
+    elif kind == "pyguard":  # a branch per element: guards that roll when a run agrees
+        if len(sa) != 1:
+            prog.new(sa, f"np.sin({a}) * 0.5", "pyguard")
+            return
+        name = f"v{prog.k}"
+        prog.k += 1
+        cut = data.draw(st.sampled_from(["-5.0", "0.0", "0.3"]))
+        prog.lines.append(f"    {name} = 0.0")
+        prog.lines.append(f"    for i in range(len({a})):")
+        if data.draw(st.booleans()):
+            prog.lines.append(f"        {name} = {name} + max({a}[i], {cut}) ** 2")
+        else:
+            prog.lines.append(f"        if {a}[i] > {cut}:")
+            prog.lines.append(f"            {name} = {name} + np.sin({a}[i])")
+            prog.lines.append("        else:")
+            prog.lines.append(f"            {name} = {name} - {a}[i] * 0.5")
+        prog.shapes[name] = ()
+        prog.features.add("pyguard")
     elif kind == "capture":
         _capture_loop(data, prog, a, sa)
     elif kind == "fori":

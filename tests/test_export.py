@@ -329,6 +329,32 @@ def test_failed_guard_returns_its_number_and_writes_nothing(tmp_path):
     assert value == SENTINEL and np.all(grads[0] == SENTINEL)
 
 
+def clipped_cubes(x):
+    e = 0.0
+    for i in range(len(x)):
+        e = e + max(x[i], 0.0) ** 3  # a guard per iteration, re-rolled into one vector guard
+    return e
+
+
+def test_a_rolled_loop_guard_returns_the_number_of_the_failing_element(tmp_path):
+    cc = _cc()
+    x = np.random.default_rng(8).uniform(0.1, 1.0, 40)
+    grad = tj.compile(clipped_cubes, x, cache=False)
+    assert grad.stats["reroll"]["guards"] == 40
+    files = grad.export(tmp_path)
+    h = files.header.read_text()
+    assert "#define CLIPPED_CUBES_N_GUARDS 40" in h
+    assert " *   1-40  " in h  # one line for the loop's guards
+    exe = _build(tmp_path, [("clipped_cubes", 1, 0, 1)], [files.object], tmp_path, cc)
+    status, value, grads, _ = _split(_call(exe, tmp_path, [x]), [(40,)])
+    _check(grad, (x,), status, value, grads)
+    y = x.copy()
+    y[13] = -0.5
+    status, value, grads, _ = _split(_call(exe, tmp_path, [y]), [(40,)])
+    assert status == 14
+    assert value == SENTINEL and np.all(grads[0] == SENTINEL)
+
+
 def test_two_exported_gradients_link_into_one_program(tmp_path):
     cc = _cc()
     g1, (x,) = _eam_case()

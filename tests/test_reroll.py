@@ -308,7 +308,10 @@ def test_recurrence_on_the_array_is_a_loop_and_a_map():
     against_unrolled(smooth, RNG.random(12), iterations=0)
 
 
-def test_guards_leave_iterations_unrolled():
+def test_guards_of_alternating_outcomes_leave_iterations_unrolled():
+    """A guard per iteration whose outcome alternates: no run of one outcome and one body is
+    long enough (tests/test_reroll_guards.py: the runs that are long enough roll)."""
+
     def f(x):
         e = 0.0
         for i in range(len(x)):
@@ -319,11 +322,11 @@ def test_guards_leave_iterations_unrolled():
                 e = e - d
         return e
 
-    x = RNG.random(20)
+    x = 0.5 + RNG.uniform(0.1, 0.4, 20) * (-1.0) ** np.arange(20)
     g = traced(f, x)
-    assert g.guards
+    assert len(g.guards) == 20
     r, stats = rr.reroll(g)
-    assert stats["loops"] == 0 and r is g
+    assert stats["loops"] == 0 and stats["guards"] == 0 and r is g
     grad = tj.compile(f, x, cache=False)
     np.testing.assert_allclose(grad.value_and_grad(x)[0], f(x), rtol=1e-13)
     y = RNG.random(20)  # other branches: a retrace, still right

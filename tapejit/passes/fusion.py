@@ -140,6 +140,9 @@ def _must_materialise(g: Graph, cls: dict[int, str]) -> set[int]:
     for o in g.outputs:
         if o.shape != ():
             must.add(id(alias_root(o)))
+    for c, _, _ in g.guards:  # a vector of guards: checked element by element in memory
+        if c.shape != ():
+            must.add(id(alias_root(c)))
     for n in g.nodes:
         c = cls[id(n)]
         if c in ("leaf", "scalar", "body", "reduce"):

@@ -101,6 +101,9 @@ def plan(g: Graph) -> Program:
     outputs = {id(alias_root(o)) for o in g.outputs if o.shape != ()}
     for r in outputs:
         last[r] = END
+    for c, _, _ in g.guards:  # a vector of guards is read where generated code checks it
+        if c.shape != ():
+            last[id(alias_root(c))] = END
 
     # In-place reuse.
     classes = _Classes()

@@ -53,9 +53,14 @@ every further iteration is walked against it. The walk stops at *leaves*:
 
 Everything else must match node for node (op, attributes, type). A run is cut where an
 iteration does not match, where an index is not affine, and where an iteration touches a node a
-*guard* depends on (Python control flow on a traced value: those iterations stay unrolled, so
-the guard keeps checking exactly what it checked). Runs shorter than :data:`MIN_RUN` stay
-unrolled.
+scalar *guard* depends on (Python control flow on a traced value: those iterations stay
+unrolled, so the guard keeps checking exactly what it checked). Runs shorter than
+:data:`MIN_RUN` stay unrolled.
+
+**Guards.** A loop's per-iteration guards (``max(x[i], 0.0)``, ``if x[i] > 0:``) are rolled
+first, a run of them into one vector guard computed on the scanned sequences and checked
+element by element under the unrolled guards' numbers (:mod:`tapejit.passes.reroll_guards`);
+the iterations then no longer touch a guard's nodes and re-roll as any other.
 
 **Loops built.**
 
@@ -91,7 +96,8 @@ Not re-rolled (left as they are): chains whose iterations read other elements of
 array (``y[i] = y[i-2] + ...``), non-affine indices (``x[i*i]``, ``x[idx[i]]`` with a numpy
 ``idx``), sliding windows (``x[i:i+3]``), two varying axes (``x[i, i]``), several accumulators
 that feed each other through more than the stored value (the one that reads the other stays
-unrolled), iterations with guards, and
+unrolled), iterations whose guards did not roll (a guard on a loop-carried value, two guards
+an iteration, see :mod:`tapejit.passes.reroll_guards`), and
 loops over fewer than :data:`MIN_RUN` iterations — except a run of at least
 :data:`MIN_SHORT_RUN` whose body is that of a run of :data:`MIN_RUN` or more in the same trace
 (the short rows at the end of a triangular nest ``for j in range(i + 1, n)``: their loops share
@@ -112,6 +118,7 @@ from .. import ir, ops
 from ..ir import Graph, Node, Type, substitute
 from ..ops import Op
 from ..progress import log
+from .reroll_guards import roll_guards
 from .reroll_match import (  # noqa: F401  (MIN_RUN, MIN_SHORT_RUN: the documented thresholds)
     MIN_RUN,
     MIN_SHORT_RUN,
@@ -569,9 +576,9 @@ ROUNDS = 3
 
 def reroll(g: Graph) -> tuple[Graph, dict]:
     """``g`` with its runs of isomorphic unrolled iterations rebuilt as loops, and statistics
-    (``grad.stats["passes"]["reroll"]``): ``iterations`` re-rolled into ``loops`` loops (of
-    which ``reductions`` became sums, see :data:`REDUCE`), the trace's node counts before and
-    after, and the seconds taken."""
+    (``grad.stats["reroll"]`` adds the loops captured while tracing): ``iterations`` re-rolled into ``loops`` loops (of
+    which ``reductions`` became sums, see :data:`REDUCE`), ``guards`` rolled into vector
+    guards, the trace's node counts before and after, and the seconds taken."""
     t0 = time.perf_counter()
     total: dict = {}
     for _ in range(ROUNDS):
@@ -579,7 +586,7 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
         for k, v in stats.items():
             if k == "nodes_before":
                 total.setdefault(k, v)
-            elif k in ("iterations", "loops", "reductions"):
+            elif k in ("iterations", "loops", "reductions", "guards"):
                 total[k] = total.get(k, 0) + v
             else:
                 total[k] = v
@@ -595,7 +602,7 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
     t0 = time.perf_counter()
     nodes = g.nodes
     stats = {"nodes_before": len(nodes), "nodes_after": len(nodes), "iterations": 0, "loops": 0,
-             "reductions": 0}  # fmt: skip
+             "reductions": 0, "guards": 0}  # fmt: skip
     chains = _chains(nodes)
     if not chains:
         stats["seconds"] = time.perf_counter() - t0
@@ -611,12 +618,6 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
                 if ca is not None and ca != cu:
                     read_outside.add(id(a))
     exposed = False
-    guarded: set[int] = set()
-    if g.guards:
-        guarded = {id(n) for n in ir.toposort(tuple(c for c, _, _ in g.guards))}
-    spine_ids = {id(n) for c in chains for n in c}
-    diff = _Differentiable(g)
-    mapping: dict[int, Node] = {}
     tables: list[tuple[Node, np.ndarray]] = []  # constant inputs added (cseq leaves)
     names = {n.attrs[1] for n in g.inputs}
 
@@ -628,6 +629,14 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
         node = ops.input_node(len(g.inputs) + len(tables), name, Type(arr.shape))
         tables.append((node, arr))
         return node
+
+    guarded: set[int] = set()
+    if g.guards:  # a loop's guards first: a run of them becomes one vector guard
+        g, stats["guards"] = roll_guards(g, table)
+        guarded = {id(n) for c, _, _ in g.guards if c.shape == () for n in ir.toposort((c,))}
+    spine_ids = {id(n) for c in chains for n in c}
+    diff = _Differentiable(g)
+    mapping: dict[int, Node] = {}
 
     number = 0
     known: set = set()  # signatures of the templates of long runs (reroll_match.MIN_SHORT_RUN)
@@ -674,7 +683,7 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
             stats["loops"] += 1
             stats["reductions"] += summed
             stats["iterations"] += run.hi - run.lo + 1
-    if mapping:
+    if mapping or tables:
         g = _replace_all(g, mapping)
         if tables:
             bindings = dict(g.bindings)
@@ -691,12 +700,9 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
     return g, stats, exposed
 
 
-#: Whether :func:`maybe_reroll` (the first step of ``pipeline.front``, so of every
-#: ``tapejit.compile``) re-rolls. Off by default for now: two tests of other parts
-#: (tests/test_passes.py, the chunking of ``examples/element_loop.py``'s straight-line code,
-#: and tests/test_cli.py's asm annotation, whose plan ``cli.front_end`` builds without this
-#: pass) assume element loops stay unrolled. ``TAPEJIT_REROLL=1`` in the environment, or
-#: setting this to ``True``, switches it on.
+#: Whether :func:`maybe_reroll` (the first of the trace passes, so part of every
+#: ``tapejit.compile``) re-rolls: on by default; ``TAPEJIT_REROLL=0`` in the environment, or
+#: setting this to ``False``, compiles element loops unrolled (as traced).
 ENABLED = os.environ.get("TAPEJIT_REROLL", "1") not in ("", "0")
 
 

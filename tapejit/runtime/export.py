@@ -261,12 +261,19 @@ def header_text(variant: "Variant", name: str, code: aot.ObjectCode, n_consts: i
         add(" *      goes another way than for the example it was compiled for, so this code does")
         add(" *      not compute the function there (export a gradient compiled for that branch,")
         add(" *      or make the code branch-free with tapejit.where). The guards, by number:")
+        runs: list[list] = []  # consecutive guards of one source and outcome (a loop's): one line
         for k, (_, expected, where) in enumerate(variant.guards, start=1):
+            if runs and runs[-1][2:] == [expected, where]:
+                runs[-1][1] = k
+            else:
+                runs.append([k, k, expected, where])
+        for first, last, expected, where in runs:
             if tracing.is_max_steps_site(where):
                 what = "the loop stopped at max_steps with its condition still true"
             else:
                 what = f"compiled for the condition being {expected}"
-            add(f" *   {k:2d}  {_comment(where)}:")
+            number = f"{first:2d}" if first == last else f"{first}-{last}"
+            add(f" *   {number}  {_comment(where)}:")
             add(f" *       {what}")
     else:
         add(" *   (no guards: no other status is possible)" if not dyn else " *   (no guards)")

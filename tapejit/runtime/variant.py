@@ -35,7 +35,7 @@ from ..codegen import entry as _entry
 from ..codegen import fastcall as _fastcall
 from ..codegen.cache import ObjectCache, text
 from ..codegen.lower import counters_symbol
-from ..ir import Graph
+from ..ir import Graph, flat_guards
 from .. import passes
 from ..progress import Progress, log, wanted
 from .options import Options, capacity_for, object_cache
@@ -112,7 +112,8 @@ class Variant:
         self.signature = signature
         self.name = signature.name
         self.dispatcher = dispatcher
-        self.guards = trace.guards if trace is not None else tuple(guards or ())
+        # one entry per guard number (a re-rolled loop's guards are one vector entry of the trace)
+        self.guards = flat_guards(trace.guards) if trace is not None else tuple(guards or ())
         self._trace = trace
         self._front = front
         self._texts = dict(texts or {})
@@ -420,6 +421,7 @@ def compile_variant(
         v.stats["reroll"] = {
             "iterations": rerolled["iterations"] + iterations,
             "loops": rerolled["loops"] + loops,
+            "guards": rerolled.get("guards", 0),
             "captured": {"iterations": iterations, "loops": loops},
         }
         v.stats["columns"] = {"reductions": trace_stats["columns"]["reductions"]}

@@ -1,0 +1,221 @@
+"""A Python loop's guards re-rolled (tapejit/passes/reroll_guards.py): a run of per-iteration
+guards becomes one vector guard whose elements keep the unrolled guards' numbers, so the loop
+re-rolls; the re-rolled trace against the unrolled one (interpreter), compiled gradients
+against central differences, failures reporting the guard the unrolled code reports, a retrace
+that forces one guard's outcome, and guards that must not roll."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapejit as tj
+from tapejit import autodiff, interpret, ir, loop_source, tracing
+from tapejit.passes import reroll as rr
+from tapejit.passes import reroll_guards as rg
+
+RNG = np.random.default_rng(11)
+
+
+@pytest.fixture(autouse=True)
+def unrolled_tracing(monkeypatch):
+    """The pass on, loops traced unrolled (not captured while tracing)."""
+    monkeypatch.setattr(rr, "ENABLED", True)
+    monkeypatch.setattr(loop_source, "ENABLED", False)
+
+
+def traced(f, *xs, forced=None):
+    return tracing.trace(f, list(xs), list(range(len(xs))), forced=forced)
+
+
+def check(f, *xs, rolled=None, loops=None):
+    """Re-roll ``f``'s trace: the guards keep their outcomes and sources number by number, the
+    values and gradients equal the unrolled trace's (interpreter), the compiled gradient
+    matches central differences. Returns the pass's statistics."""
+    g = traced(f, *xs)
+    r, stats = rr.reroll(g)
+    if rolled is not None:
+        assert stats["guards"] == rolled, stats
+    if loops is not None:
+        assert stats["loops"] == loops, stats
+    assert [(e, w) for _, e, w in ir.flat_guards(r.guards)] == [(e, w) for _, e, w in g.guards]
+    for c, e, _ in r.guards:  # each holds for the example, element by element
+        assert np.all(interpret.evaluate(r.replace(outputs=(c,), guards=()), list(xs))[0] == e)
+    want = interpret.evaluate(g, list(xs))
+    got = interpret.evaluate(r, list(xs))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13, atol=1e-13)
+    gw = interpret.evaluate(autodiff.vjp_graph(g, None), list(xs))
+    gg = interpret.evaluate(autodiff.vjp_graph(r, None), list(xs))
+    for a, b in zip(gw, gg):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
+    grad = tj.compile(f, *xs, argnums=tuple(range(len(xs))), cache=False)
+    val, gs = grad.value_and_grad(*xs)
+    np.testing.assert_allclose(val, want[0], rtol=1e-12, atol=1e-12)
+    gs = gs if isinstance(gs, tuple) else (gs,)
+    for k, x in enumerate(xs):
+        d = RNG.normal(size=np.shape(x))
+        plus, minus = list(xs), list(xs)
+        plus[k], minus[k] = x + 1e-6 * d, x - 1e-6 * d
+        fd = (f(*plus) - f(*minus)) / 2e-6
+        np.testing.assert_allclose(np.sum(gs[k] * d), fd, rtol=1e-5, atol=1e-7)
+    return stats
+
+
+def relu_energy(x):
+    e = 0.0
+    for i in range(len(x)):
+        e = e + max(x[i], 0.0) ** 2  # Python's max: a guard per iteration
+    return e
+
+
+def test_python_max_in_an_element_loop_rolls():
+    x = RNG.uniform(0.1, 1.0, 50)
+    stats = check(relu_energy, x, rolled=50, loops=1)
+    assert stats["iterations"] == 50
+    r, _ = rr.reroll(traced(relu_energy, x))
+    assert len(r.guards) == 1 and r.guards[0][0].shape == (50,)
+    assert "guards 1-50:" in ir.format_graph(r)
+
+
+@pytest.mark.parametrize("where", [0, 17, 49])
+def test_a_failing_element_reports_its_own_guard_number(where):
+    x = RNG.uniform(0.1, 1.0, 50)
+    grad = tj.compile(relu_energy, x, cache=False, on_guard_failure="raise")
+    np.testing.assert_allclose(grad(x), 2 * x, rtol=1e-15)
+    y = x.copy()
+    y[where] = -0.5
+    with pytest.raises(tj.GuardError, match=f"guard {where + 1} at .*was compiled for the outcome False"):
+        grad(y)
+
+
+def test_a_failed_element_recompiles_and_is_right():
+    x = RNG.uniform(0.1, 1.0, 64)
+    grad = tj.compile(relu_energy, x, cache=False)
+    y = x.copy()
+    y[[3, 40]] = -0.25
+    want = 2 * y
+    want[[3, 40]] = 0.0
+    np.testing.assert_allclose(grad(y), want, rtol=1e-15)
+    np.testing.assert_allclose(grad(x), 2 * x, rtol=1e-15)
+
+
+def test_forcing_one_outcome_splits_the_run_and_keeps_the_numbers():
+    """A retrace that follows native code at guard 31 (tapejit.runtime.dispatch): the guards
+    before and after it roll, guard 31 stays a scalar, and every number keeps its guard."""
+    x = RNG.uniform(0.1, 1.0, 60)
+    g = traced(relu_energy, x, forced={31: True})
+    assert g.guards[30][1] is True and all(e is False for k, (_, e, _) in enumerate(g.guards) if k != 30)
+    r, stats = rr.reroll(g)
+    assert stats["guards"] == 59
+    assert [c.shape for c, _, _ in r.guards] == [(30,), (), (29,)]
+    assert [e for _, e, _ in ir.flat_guards(r.guards)] == [e for _, e, _ in g.guards]
+
+
+def test_mixed_outcomes_roll_in_stretches():
+    x = np.concatenate([RNG.uniform(0.1, 1, 30), -RNG.uniform(0.1, 1, 25), RNG.uniform(0.1, 1, 5)])
+    stats = check(relu_energy, x)
+    assert stats["guards"] == 55  # two stretches of one outcome; the last 5 are too few
+
+
+def test_shapes_of_guarded_loops():
+    def clipped(x, lo):  # a threshold per element from a numpy table
+        e = 0.0
+        for i in range(len(x)):
+            if x[i] > lo[i]:
+                e = e + (x[i] - lo[i]) ** 2
+        return e
+
+    lo = RNG.uniform(-1.0, -0.5, 40)
+    check(lambda x: clipped(x, lo), RNG.uniform(0.1, 1, 40), rolled=40, loops=1)
+
+    def reversed_strided(x):
+        e = 1.0
+        for i in range(len(x) - 1, 0, -2):
+            d = x[i] - x[i - 1]
+            if d * d < 4.0:  # an expression of two reads
+                e = e * 0.5 + np.sin(d)
+        return e
+
+    check(reversed_strided, RNG.uniform(0.1, 1, 80), rolled=40, loops=1)
+
+    def stored(x):  # a map: y[i] = ... with a guard
+        y = np.zeros_like(x)
+        for i in range(len(x)):
+            y[i] = x[i] if x[i] > 0.0 else 0.1 * x[i]
+        return np.sum(y * y)
+
+    check(stored, RNG.uniform(0.1, 1, 32), rolled=32, loops=1)
+
+    def rows(p):  # element reads of a 2-D array, the guard on a row's norm
+        e = 0.0
+        for i in range(len(p)):
+            r2 = p[i, 0] ** 2 + p[i, 1] ** 2
+            if r2 < 9.0:
+                e = e + 1.0 / r2
+        return e
+
+    check(rows, RNG.uniform(0.5, 1.5, (30, 2)), rolled=30, loops=1)
+
+
+def test_guards_that_must_not_roll():
+    def carried(x):  # the guard reads the running sum: every outcome depends on the past
+        e = 0.0
+        for i in range(len(x)):
+            e = e + x[i]
+            if e > 1e9:
+                e = e * 0.5
+        return e
+
+    stats = check(carried, RNG.uniform(0.1, 1, 30))
+    assert stats["guards"] == 0 and stats["loops"] == 0
+
+    def between(x):  # two guards an iteration (lo < x < hi): their numbers interleave
+        e = 0.0
+        for i in range(len(x)):
+            if -1.0 < x[i] < 2.0:
+                e = e + x[i] ** 2
+        return e
+
+    stats = check(between, RNG.uniform(0.1, 1, 30))
+    assert stats["guards"] == 0
+
+    def squares(x):  # a read that does not move affinely
+        e = 0.0
+        for i in range(6):
+            if x[i * i] > 0.0:
+                e = e + x[i * i]
+        return e
+
+    assert check(squares, RNG.uniform(0.1, 1, 30))["guards"] == 0
+    x = RNG.uniform(0.1, 1, 30)
+    g = traced(relu_energy, x[:10])  # fewer than MIN_RUN
+    assert rr.reroll(g)[1]["guards"] == 0
+
+
+def test_the_same_condition_every_iteration_is_left_alone():
+    def f(x):
+        s = np.sum(x)
+        e = 0.0
+        for i in range(len(x)):
+            if s > 0.0:  # the same node: one guard per iteration, nothing moves
+                e = e + x[i] ** 2
+        return e
+
+    x = RNG.uniform(0.1, 1, 20)
+    g = traced(f, x)
+    assert len(g.guards) == 20
+    r, stats = rr.reroll(g)
+    assert stats["guards"] == 0
+
+
+def test_compiled_code_flat_in_the_trip_count():
+    """Guarded element loops no longer grow the compiled code with the trip count: the same
+    kernels and the same LLVM text size (but for the numbers in it) at n = 40 and 400."""
+    kernels, lines = [], []
+    for n in (40, 400):
+        x = RNG.uniform(0.1, 1, n)
+        grad = tj.compile(relu_energy, x, cache=False)
+        np.testing.assert_allclose(grad(x), 2 * x, rtol=1e-15)
+        kernels.append(grad.stats["kernels"])
+        lines.append(len(grad.ir("llvm").splitlines()))
+    assert kernels[0] == kernels[1] and lines[0] == lines[1], (kernels, lines)
