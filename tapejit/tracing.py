@@ -186,8 +186,11 @@ def _guard(cond: Node, expected: bool) -> bool:
             "follow one branch. Use tapejit.where(cond, a, b), or tapejit.while_loop for a "
             "data-dependent trip count"
         )
-    number = sum(ir.guard_size(c) for c, _, _ in st.guards) + 1
-    expected = st.forced.get(number, bool(expected))
+    seen, total = st.counted  # guards numbered so far (an entry may be several: a vector)
+    for c, _, _ in st.guards[seen:]:
+        total += ir.guard_size(c)
+    st.counted = (len(st.guards), total)
+    expected = st.forced.get(total + 1, bool(expected))
     st.guards.append((cond, expected, _user_site()))
     return expected
 
@@ -206,6 +209,7 @@ class _Trace:
         self.dynamic: dict[int, tuple[Node, Tracer]] = {}
         #: guard number (1-based, as the native status) -> the outcome to follow (see _guard)
         self.forced: dict[int, bool] = {}
+        self.counted = (0, 0)  # (entries of guards, the guard numbers they take)
         #: the first conversion of a traced value that raised (see _conversion_error)
         self.conversion_error: TracingError | None = None
         #: whether while_loops record a max_steps check (see max_steps_check)

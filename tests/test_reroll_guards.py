@@ -111,6 +111,27 @@ def test_forcing_one_outcome_splits_the_run_and_keeps_the_numbers():
     assert [e for _, e, _ in ir.flat_guards(r.guards)] == [e for _, e, _ in g.guards]
 
 
+def between(x):
+    e = 0.0
+    for i in range(len(x)):
+        if -1.0 < x[i] < 2.0:  # two guards an iteration: their numbers interleave
+            e = e + x[i] ** 2
+    return e
+
+
+def test_two_guards_an_iteration_roll_interleaved():
+    x = RNG.uniform(0.1, 1, 30)
+    check(between, x, rolled=60, loops=1)
+    r, _ = rr.reroll(traced(between, x))
+    assert [c.shape for c, _, _ in r.guards] == [(60,)]
+    grad = tj.compile(between, x, cache=False, on_guard_failure="raise")
+    for value, number in ((3.0, 2 * 7 + 2), (-2.0, 2 * 7 + 1)):  # x[7] < 2 fails; -1 < x[7] fails
+        y = x.copy()
+        y[7] = value
+        with pytest.raises(tj.GuardError, match=f"guard {number} at "):
+            grad(y)
+
+
 def test_mixed_outcomes_roll_in_stretches():
     x = np.concatenate([RNG.uniform(0.1, 1, 30), -RNG.uniform(0.1, 1, 25), RNG.uniform(0.1, 1, 5)])
     stats = check(relu_energy, x)
@@ -169,15 +190,15 @@ def test_guards_that_must_not_roll():
     stats = check(carried, RNG.uniform(0.1, 1, 30))
     assert stats["guards"] == 0 and stats["loops"] == 0
 
-    def between(x):  # two guards an iteration (lo < x < hi): their numbers interleave
+    def either(x):  # two guards an iteration of different outcomes: one vector cannot hold both
         e = 0.0
         for i in range(len(x)):
-            if -1.0 < x[i] < 2.0:
+            if x[i] > 5.0 or x[i] > 0.0:
                 e = e + x[i] ** 2
         return e
 
-    stats = check(between, RNG.uniform(0.1, 1, 30))
-    assert stats["guards"] == 0
+    stats = check(either, RNG.uniform(0.1, 1, 30))
+    assert stats["guards"] == 0 and stats["loops"] == 0
 
     def squares(x):  # a read that does not move affinely
         e = 0.0

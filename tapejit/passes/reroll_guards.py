@@ -10,22 +10,23 @@ returns its number when it fails, see ``Graph.guards``)::
     ...
 
 Such guards kept the loop unrolled (re-rolling must not lose a check). :func:`roll_guards`
-replaces each run of at least :data:`MIN_RUN` consecutive guards with one outcome and source
-line whose conditions are the same elementwise expression of the same leaves — nodes computed
-before the loop, constants, element reads ``x[a + b*k]`` affine in the guard's position ``k``
-in the run, and numbers that differ per guard (a table) — by **one vector guard**: the
-condition computed for every iteration at once on the scanned sequences (``lt(x[0:T], 0.0)``,
-a fused vector kernel), checked element by element, element ``t`` numbered as guard
-``first + t`` was (so a failure reports the guard the unrolled code would have, and a retrace
-that forces its outcome finds it: ``tapejit.runtime.dispatch``). The same IEEE operations on
-the same values, so the same outcomes. The loop itself then re-rolls like any other
-(:mod:`tapejit.passes.reroll`): its nodes are no longer read by a guard.
+replaces a run of them — at least :data:`MIN_RUN` iterations, each with up to
+:data:`MAX_PERIOD` consecutive guards (``lo < x[i] < hi`` has two), all of one outcome and
+source line, whose conditions are the same elementwise expression of the same leaves (nodes
+computed before the loop, constants, element reads ``x[a + b*k]`` affine in the iteration
+``k``, numbers that differ per iteration: a table) — by **one vector guard**: the conditions
+computed for every iteration at once on the scanned sequences (``lt(x[0:T], 0.0)``, a fused
+vector kernel; with several guards an iteration, interleaved iteration by iteration), checked
+element by element, element ``t`` numbered as guard ``first + t`` was. So a failure reports
+the guard the unrolled code would have, and a retrace that forces its outcome finds it
+(``tapejit.runtime.dispatch``). The same IEEE operations on the same values give the same
+outcomes. The loop itself then re-rolls like any other (:mod:`tapejit.passes.reroll`): its
+nodes are no longer read by a guard.
 
 Not rolled (left as they are): conditions that read a loop-carried value (``if e > 1.0`` for
-a running ``e``: the walk gives up after :data:`MAX_COND` nodes) or an array other than by an
-affine scalar element read, runs whose outcomes or source lines differ (``relu`` of mixed signs
-rolls only the stretches of one sign), and loops with more than one guard an iteration
-(``lo < x[i] < hi``, ``if a and b``: their numbers interleave).
+a running ``e``; the walk also gives up after :data:`MAX_COND` nodes) or an array other than
+by an affine scalar element read, and runs whose outcomes or source lines differ (``relu`` of
+mixed signs rolls only the stretches of one sign).
 """
 
 from __future__ import annotations
@@ -155,16 +156,23 @@ class _Leaves:
         return True
 
 
+#: Most guards an iteration (``lo < x[i] < hi``: two) whose numbers interleave in a run.
+MAX_PERIOD = 4
+
+
 def roll_guards(g: Graph, table: Callable[[tuple], Node]) -> tuple[Graph, int]:
-    """``g`` with each run of at least :data:`MIN_RUN` consecutive scalar guards that re-roll
-    (see the module docstring) replaced by one vector guard, and how many guards were rolled.
-    ``table(values)``: a constant f64 input holding ``values`` (a number that differs per
-    guard)."""
+    """``g`` with each run of guards that re-roll (see the module docstring) replaced by one
+    vector guard, and how many guards were rolled. ``table(values)``: a constant f64 input
+    holding ``values`` (a number that differs per guard)."""
     guards = list(g.guards)
     out: list[tuple] = []
     rolled, j = 0, 0
     while j < len(guards):
-        end, vec = _run_at(guards, j, table)
+        end, vec = None, None
+        for period in range(1, MAX_PERIOD + 1):
+            end, vec = _run_at(guards, j, period, table)
+            if vec is not None:
+                break
         if vec is None:
             out.append(guards[j])
             j += 1
@@ -177,33 +185,49 @@ def roll_guards(g: Graph, table: Callable[[tuple], Node]) -> tuple[Graph, int]:
     return g.replace(guards=tuple(out)), rolled
 
 
-def _run_at(guards: list[tuple], j: int, table) -> tuple[int, Node | None]:
-    """The end of the run of guards that starts at ``j`` and its vector condition; ``(j,
-    None)`` when fewer than :data:`MIN_RUN` guards roll."""
-    ref, expected, where = guards[j]
-    if ref.shape != () or ref.op in (Op.CONST, Op.INPUT):
+def _run_at(guards: list[tuple], j: int, p: int, table) -> tuple[int, Node | None]:
+    """The end of the run of guards that starts at ``j`` with ``p`` guards an iteration, and
+    its vector condition (element ``t * p + q``: guard ``q`` of iteration ``t``); ``(j,
+    None)`` when fewer than :data:`MIN_RUN` iterations roll."""
+    _, expected, where = guards[j]
+    refs = [c for c, _, _ in guards[j : j + p]]
+    if len(refs) < p or any(
+        c.shape != () or c.op in (Op.CONST, Op.INPUT) or e != expected or w != where
+        for c, e, w in guards[j : j + p]
+    ):
         return j, None
-    leaves = _Leaves(ref)
-    end = j + 1
-    while end < len(guards):
-        c, e, w = guards[end]
-        if e != expected or w != where or c.shape != ():
+    leaves = [_Leaves(c) for c in refs]
+    T = 1
+    while j + (T + 1) * p <= len(guards):
+        ok = True
+        for q in range(p):
+            c, e, w = guards[j + T * p + q]
+            if e != expected or w != where or c.shape != ():
+                ok = False
+                break
+            got = leaves[q].match(c, T)
+            if got is None or not leaves[q].commit(got, T):
+                ok = False
+                break
+        if not ok:
             break
-        got = leaves.match(c, end - j)
-        if got is None or not leaves.commit(got, end - j):
-            break
-        end += 1
-    T = end - j
+        T += 1
     if T < MIN_RUN:
         return j, None
-    for k, seq in list(leaves.tables.items()):
-        if len({_bits(v) for v in seq}) == 1:  # the same number in every guard
-            del leaves.tables[k]
-            leaves.same.add(k)
-    if not leaves.reads and not leaves.tables:
-        return j, None  # the same condition every time: nothing to roll
-    vec = _vectorised(ref, leaves, T, table)
-    return end, vec
+    for lv in leaves:
+        for k, seq in list(lv.tables.items()):
+            if len({_bits(v) for v in seq}) == 1:  # the same number in every guard
+                del lv.tables[k]
+                lv.same.add(k)
+    if not any(lv.reads or lv.tables for lv in leaves):
+        return j, None  # the same conditions every time: nothing to roll
+    vecs = [_vectorised(c, lv, T, table) for c, lv in zip(refs, leaves)]
+    if p == 1:
+        return j + T, vecs[0]
+    vec = ops.const(False, (T * p,), "bool")  # interleaved: iteration by iteration
+    for q, v in enumerate(vecs):
+        vec = ops.make(Op.SCATTER, vec, v, attrs=((q, q + p * T, p),))
+    return j + T * p, vec
 
 
 def _bits(v: float) -> bytes:
