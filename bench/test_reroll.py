@@ -7,7 +7,9 @@ preallocate-and-fill loop, at n = 100 / 1000 / 3000 (the element loop also at 10
   every iteration traced, then re-rolled), and with re-rolling off (``TAPEJIT_REROLL=0``: the
   unrolled trace, straight-line code split into chunks);
 * gradient: one call of the compiled gradient, against the hand-derived vectorised numpy
-  gradient.
+  gradient;
+* a loop with a branch per element (``max(x[i], 0.2)``: one guard per element, rolled into one
+  vector guard so the loop re-rolls), compile re-rolled and unrolled, and its gradient.
 
 Run: ``python -m pytest bench/test_reroll.py --benchmark-enable --benchmark-group-by=param``.
 """
@@ -128,3 +130,53 @@ def test_fill_compile(benchmark, monkeypatch, n, rolled):
     want = 2 * x * np.cos(x * x)
     np.testing.assert_allclose(grad(x), want, rtol=1e-10, atol=1e-12)
     benchmark.pedantic(_cold, (fill_model, x), rounds=1, iterations=1)
+
+
+GUARDED = "Element loop with a branch per element, e += max(x[i], 0.2) ** 2: cold compile + first call"
+GUARDED_GRAD = "Element loop with a branch per element: gradient call"
+
+
+def guarded_model(x):
+    e = 0.0
+    for i in range(len(x)):
+        e = e + max(x[i], 0.2) ** 2  # Python's max: a guard per element (rolled into one vector)
+    return e
+
+
+def guarded_grad_numpy(x, out):
+    np.multiply(x, 2.0, out=out)
+    out[x <= 0.2] = 0.0  # max returns its first argument on a tie: x; the other: 0.2 (no gradient)
+    return out
+
+
+@pytest.mark.parametrize("rolled", [True, False], ids=["reroll", "unrolled"])
+@pytest.mark.parametrize("n", SIZES)
+def test_guarded_compile(benchmark, monkeypatch, n, rolled):
+    """Every element on one side of the branch (the guards roll; mixed sides roll in
+    stretches of at least 16 elements, tapejit/passes/reroll_guards.py)."""
+    if n > 1000 and not rolled:
+        pytest.skip("seconds unrolled")
+    monkeypatch.setattr(reroll, "ENABLED", rolled)
+    tag(benchmark, GUARDED, f"n={n}", "re-rolled" if rolled else "unrolled", unit="s")
+    x = np.random.default_rng(0).uniform(0.3, 1.0, n)
+    grad, _ = _cold(guarded_model, x)
+    np.testing.assert_allclose(grad(x), guarded_grad_numpy(x, np.empty(n)), rtol=1e-14)
+    benchmark.extra_info.update(reroll=grad.stats["reroll"])
+    benchmark.pedantic(_cold, (guarded_model, x), rounds=1, iterations=1)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_guarded_gradient(benchmark, n):
+    tag(benchmark, GUARDED_GRAD, f"n={n}", "tapejit (guards rolled)")
+    x = np.random.default_rng(0).uniform(0.3, 1.0, n)
+    grad = tj.compile(guarded_model, x, cache=False)
+    g = np.empty(n)
+    np.testing.assert_allclose(grad(x, out=g), guarded_grad_numpy(x, np.empty(n)), rtol=1e-14)
+    benchmark(grad, x, out=g)
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_guarded_gradient_numpy(benchmark, n):
+    tag(benchmark, GUARDED_GRAD, f"n={n}", "numpy (vectorised, by hand)")
+    x = np.random.default_rng(0).uniform(0.3, 1.0, n)
+    benchmark(guarded_grad_numpy, x, np.empty(n))
