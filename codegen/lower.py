@@ -360,19 +360,11 @@ class Lowering:
         self._walker: ir.Function | None = None
         self._cases: dict[int, int] = {}  # id(kernel function) -> its case in the walker
         self._case_fns: list[tuple[ir.Function, int]] = []
-        checks: dict[int, list[tuple[int, bool]]] = {}
-        vector_checks: dict[int, list[tuple[Node, int, bool]]] = {}  # kernel -> its guard vectors
-        status = 1
-        for c, expected, _ in self.prog.graph.guards:
-            if c.shape == ():
-                checks.setdefault(id(c), []).append((status, expected))
-            else:
-                vector_checks.setdefault(self._defined_by(c), []).append((c, status, expected))
-            status += c.shape[0] if c.shape else 1
-        for c, status, expected in vector_checks.pop(-1, ()):
-            self.guard_vector(c, expected, status)
+        checks = self._guard_steps()
+        for c, status, expected in checks.pop(-1, ()):
+            self.check(c, expected, status)
         pending: list[tuple[Interface, ir.Function, list[int]]] = []
-        last_read = self._last_read = self._last_reads() if self.chunked else {}
+        last_read = self._last_read = self._last_reads(checks) if self.chunked else {}
         self._chunk_start = 0
         weight = 0  # straight-line nodes and calls emitted into the current function
         math = 0  # of which scalar arithmetic (the rest: calls, element reads and writes)
@@ -386,8 +378,8 @@ class Lowering:
                     self.next_chunk(step, last_read, math / weight)
                     weight = math = 0
                 self.node(n)
-                for status, expected in checks.get(id(n), ()):
-                    self.guard(n, expected, status)
+                for c, status, expected in checks.get(step, ()):
+                    self.check(c, expected, status)
                 weight += 1
                 math += n.op in ops.ELEMENTWISE
                 step += 1
@@ -411,10 +403,10 @@ class Lowering:
                     weight += 1
                 else:
                     pending.append((face, fn, record))
-            if j in vector_checks:
+            if step in checks:
                 self.flush(pending)
-                for c, status, expected in vector_checks[j]:
-                    self.guard_vector(c, expected, status)
+                for c, status, expected in checks[step]:
+                    self.check(c, expected, status)
             step += 1
         self.flush(pending)
         if self.fn is not self.entry and weight and math / weight <= GLUE_MATH:
@@ -471,10 +463,48 @@ class Lowering:
                 f.fkey = (key, tuple(f.values[p] for p in fixed))
         return faces
 
-    def _last_reads(self) -> dict[int, int]:
-        """``id(scalar) -> the last step that reads it`` (outputs: past the end). Steps number
-        the program as :meth:`run` walks it: each straight-line node, then each kernel's loop
-        (its body or own-loop op) as one step."""
+    def _guard_steps(self) -> dict[int, list[tuple[Node, int, bool]]]:
+        """``step -> [(condition, first status, expected)]``: where :meth:`run` checks each
+        guard (steps as in :meth:`_last_reads`; -1: before the first). Guards are checked in
+        the order of their numbers, each as soon as its condition and every guard numbered
+        before it are known — a scalar condition after the node computing it, a vector after its
+        kernel — so of several failing guards the first is reported, as the unrolled code
+        and a retrace that forces outcomes (``tapejit.runtime.dispatch``) expect."""
+        defined: dict[int, int] = {}
+        step = 0
+        for k in self.prog.kernels:
+            for n in k.pre:
+                defined[id(n)] = step
+                step += 1
+            if k.body or k.op is not None:
+                for n in (*k.body, *((k.op,) if k.op is not None else ())):
+                    defined[id(n)] = step
+                step += 1
+        checks: dict[int, list[tuple[Node, int, bool]]] = {}
+        status, at = 1, -1
+        for c, expected, _ in self.prog.graph.guards:
+            root = self._stored(c) if c.shape else c
+            if id(root) in defined:
+                at = max(at, defined[id(root)])
+            elif c.op not in (Op.CONST, Op.INPUT) and root.op not in (Op.CONST, Op.INPUT):
+                raise AssertionError(f"no step computes the guard condition {c}")  # a bug
+            checks.setdefault(at, []).append((c, status, expected))
+            status += c.shape[0] if c.shape else 1
+        return checks
+
+    def check(self, cond: Node, expected: bool, status: int) -> None:
+        """Guard ``status`` (a scalar condition) or guards ``status, status + 1, ...`` (a
+        vector)."""
+        if cond.shape == ():
+            self.guard(cond, expected, status)
+        else:
+            self.guard_vector(cond, expected, status)
+
+    def _last_reads(self, checks: dict[int, list] | None = None) -> dict[int, int]:
+        """``id(scalar) -> the last step that reads it`` (outputs: past the end; a guard's
+        condition: where ``checks`` checks it). Steps number the program as :meth:`run` walks
+        it: each straight-line node, then each kernel's loop (its body or own-loop op) as one
+        step."""
         last: dict[int, int] = {}
         step = 0
         for k in self.prog.kernels:
@@ -491,6 +521,10 @@ class Lowering:
                 step += 1
         for o in self.prog.graph.outputs:
             last[id(o)] = step
+        for at, items in (checks or {}).items():
+            for c, _, _ in items:
+                if c.shape == ():
+                    last[id(c)] = max(last.get(id(c), -1), at)
         return last
 
     def next_chunk(self, step: int, last_read: dict[int, int], math: float = 1.0) -> None:
@@ -565,19 +599,13 @@ class Lowering:
         b.ret(I32(status))
         b.position_at_end(cont)
 
-    def _defined_by(self, c: Node) -> int:
-        """The kernel (index in the program) whose loop stores array ``c`` (through a view:
-        its base); -1 for a constant or an input, whose value is there from the start."""
+    def _stored(self, c: Node) -> Node:
+        """The array whose memory holds array ``c`` (``c``, or the base of a view)."""
         s = self.prog.slots.get(id(c))
         while s is not None and s.kind == "alias":
             c = s.of
             s = self.prog.slots.get(id(c))
-        for j, k in enumerate(self.prog.kernels):
-            if k.op is c or any(n is c for n in k.body):
-                return j
-        if c.op == Op.CONST or c.op == Op.INPUT:
-            return -1
-        raise AssertionError(f"no kernel computes the guard vector {c}")  # a bug
+        return c
 
     def guard_vector(self, cond: Node, expected: bool, first: int) -> None:
         """Guards ``first``, ``first + 1``, ... — one per element of the bool vector ``cond``

@@ -240,3 +240,55 @@ def test_compiled_code_flat_in_the_trip_count():
         kernels.append(grad.stats["kernels"])
         lines.append(len(grad.ir("llvm").splitlines()))
     assert kernels[0] == kernels[1] and lines[0] == lines[1], (kernels, lines)
+
+
+def test_of_several_failing_guards_the_first_is_reported():
+    """Guards are checked in the order of their numbers: a vector computed after a later
+    scalar guard does not let that one report first (the unrolled code reports guard 1)."""
+
+    def after(x):
+        e = 0.0
+        for i in range(len(x)):
+            e = e + max(x[i], 0.0) ** 2  # guards 1-20, rolled
+        if x[0] > 0.0:  # guard 21, computed before the vector
+            e = e + x[0]
+        return e
+
+    def wrapped(x):
+        e = 0.0
+        for i in range(len(x)):
+            if x[i] * x[(i + 1) % len(x)] > 0.0:  # guards 1-39 roll, guard 40 wraps around
+                e = e + x[i] ** 2
+        return e
+
+    for f, n in ((after, 20), (wrapped, 40)):
+        x = np.linspace(0.1, 1.0, n)
+        grad = tj.compile(f, x, cache=False, on_guard_failure="raise")
+        assert grad.stats["reroll"]["guards"] >= n - 1
+        y = x.copy()
+        y[0] = -1.0
+        with pytest.raises(tj.GuardError, match="guard 1 at "):
+            grad(y)
+
+
+def test_a_failed_guard_on_a_view_leaves_the_outputs_untouched():
+    """A rolled condition that is a view into an array computed before the loop: the outputs
+    are written only after it is checked (tests/test_guards.py asks it of every guard)."""
+
+    def f(X):
+        m = np.any(X > 0.0, axis=1)
+        e = 0.0
+        for i in range(10, 60):
+            if m[i]:
+                e = e + X[i, 0] ** 2
+        return e
+
+    X = RNG.uniform(0.1, 1, (80, 2))
+    grad = tj.compile(f, X, cache=False, on_guard_failure="raise")
+    assert grad.stats["reroll"]["guards"] == 50
+    Y = X.copy()
+    Y[30] = -1.0
+    out = np.full((80, 2), 7.0)
+    with pytest.raises(tj.GuardError, match="guard 21 at "):
+        grad(Y, out=out)
+    assert np.all(out == 7.0)

@@ -160,7 +160,7 @@ def plan(g: Graph) -> Program:
     out_of: dict[int, int] = {}
     # Nothing may be written to an output before the last guard is checked (a failed guard
     # leaves the caller's arrays untouched), so classes written earlier are copied at the end.
-    guard_time = max((define.get(id(c), 0) for c, _, _ in g.guards), default=0)
+    guard_time = max((define.get(id(alias_root(c)), 0) for c, _, _ in g.guards), default=0)
     for k, o in enumerate(g.outputs):
         if o.shape == ():
             continue
