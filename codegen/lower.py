@@ -1170,6 +1170,8 @@ def _lower_shape(L: Lowering, n: Node) -> None:
 def _lower_index(L: Lowering, n: Node) -> None:
     if n.op == Op.INDEX:
         return _lower_shape(L, n)
+    if n.op in TABLE_OPS:
+        return TABLE_OPS[n.op](L, n)
     acc, upd = n.args
     if L.location(n) != L.location(acc):  # not in place: start from a copy of acc
         L.copy_into(L.ptr(n), acc)
@@ -1373,6 +1375,7 @@ def _lower_loop_node(L: Lowering, n: Node) -> None:
 
 
 from .lower_linalg import _lower_linalg  # noqa: E402, I001  (it builds on Lowering above)
+from .lower_table import TABLE_OPS  # noqa: E402, I001  (it builds on Lowering above)
 
 LOWER: dict[str, Callable[[Lowering, Node], None]] = {
     "unary": _lower_elementwise,

@@ -12,7 +12,7 @@ import operator
 
 import numpy as np
 
-from . import ops
+from . import ops, ops_table
 from .np_common import _axis, _float_dtype, _like, _no_kwargs, _no_out, _t, _zeros
 from .ops import Op
 from .tracing import _UNSET, Tracer, _copy, _fail, _reduce, _reshape, _setitem, _transpose, _where
@@ -412,6 +412,29 @@ def _advanced_positions(items, arrays) -> list[int]:
     return sorted({i for i, _ in arrays} | set(ints))
 
 
+#: An index array of at least this many positions into the first axis reads through a table
+#: (one ``take`` node, tapejit/ops_table.py) instead of one node per element read.
+TAKE_MIN = 8
+
+
+def _take_rows(x: Tracer, items: list, arrays: list) -> Tracer | None:
+    """``x[idx, basic...]`` — one integer array (of at least :data:`TAKE_MIN` positions) on
+    the first axis, basic indices after it — as rows taken through a table of the positions
+    (the result's first axes are ``idx``'s, as numpy puts them), or ``None`` for any other
+    key."""
+    if len(arrays) != 1 or arrays[0][0] != 0 or x.node.dtype != "f64":
+        return None
+    k = arrays[0][1]
+    rest = tuple(items[1:])
+    if k.size < TAKE_MIN or any(isinstance(r, np.ndarray) for r in rest):
+        return None
+    table = _t(ops_table.table_of(k, x.shape[0]))
+    rows = Tracer(ops_table.take(x.node, table.node), _UNSET, max(x.level, table.level))
+    if rest:
+        rows = rows[(slice(None), *rest)]
+    return _reshape(rows, k.shape + rows.shape[1:])
+
+
 def advanced_getitem(x: Tracer, key) -> Tracer:
     """``x[key]`` for keys with ``None``, integer arrays or boolean masks (numpy's advanced
     indexing: the broadcast index arrays' shape replaces the indexed axes in place when they are
@@ -429,6 +452,9 @@ def advanced_getitem(x: Tracer, key) -> Tracer:
         return _reshape(r, tuple(shape) + tuple(it))
     if any(k is None for k in items):
         raise _fail("None / np.newaxis together with integer-array indices is not supported")
+    taken = _take_rows(x, items, arrays)
+    if taken is not None:
+        return taken
     B = np.broadcast_shapes(*(k.shape for _, k in arrays))
     bcast = {i: np.broadcast_to(k, B) for i, k in arrays}
     pos = _advanced_positions(items, arrays)

@@ -121,6 +121,8 @@ class Op(enum.StrEnum):
     INDEX = "index"
     SCATTER_ADD = "scatter_add"
     SCATTER = "scatter"
+    TAKE = "take"
+    ADD_AT = "add_at"
     # linear algebra
     MATMUL = "matmul"
     EIGH = "eigh"
@@ -1477,6 +1479,22 @@ defop(Op.SCATTER, "index", 2, _scatter, _scatter_set_ref,
       lambda g, out, acc, upd: (make(Op.SCATTER, g, const(0.0, upd.shape), attrs=out.attrs),
                                 index(g, out.attrs)),
       jvp=_scatter_jvp)
+
+from .ops_table import (  # noqa: E402  (the rules build on the builders above)
+    _add_at_jvp,
+    _add_at_ref,
+    _add_at_type,
+    _add_at_vjp,
+    _take_jvp,
+    _take_ref,
+    _take_type,
+    _take_vjp,
+)
+
+# take(x, idx): rows x[idx[t]] for a table of whole-number positions (an f64 constant input);
+# add_at(acc, idx, upd): acc with row upd[t] added at row idx[t], t in order (tapejit/ops_table.py)
+defop(Op.TAKE, "index", 2, _take_type, _take_ref, _take_vjp, jvp=_take_jvp)
+defop(Op.ADD_AT, "index", 3, _add_at_type, _add_at_ref, _add_at_vjp, jvp=_add_at_jvp)
 
 # -- linear algebra, control, leaves
 defop(Op.MATMUL, "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),

@@ -187,6 +187,21 @@ def _cases(op) -> list[Case]:
                 "[row]",
             ),
         ]
+    if op == "take":  # rows through a table of positions, repeats included
+        return [
+            Case(op, [(5, 3)], lambda x: ops.make(op, x, _table([4, 0, 2, 2, 1, 4])), "[rows]"),
+            Case(op, [(6,)], lambda x: ops.make(op, x, _table([5, 5, 0, 3])), "[elements]"),
+        ]
+    if op == "add_at":  # rows added at a table of positions; a repeated one accumulates
+        return [
+            Case(
+                op,
+                [(5, 3), (6, 3)],
+                lambda a, u: ops.make(op, ops.elementwise("sin", a), _table([4, 0, 2, 2, 1, 4]), u),
+                "[rows]",
+            ),
+            Case(op, [(6,), (4,)], lambda a, u: ops.make(op, a, _table([5, 5, 0, 3]), u), "[elements]"),
+        ]
     if op == "matmul":
         return [
             Case(op, [(3, 4), (4, 2)], lambda a, b: ops.matmul(a, b)),
@@ -216,6 +231,14 @@ def _cases(op) -> list[Case]:
     if op == "custom":  # a hand-given rule, built by tapejit.custom: tests/test_custom.py
         return []
     raise AssertionError(f"no case generator for op {op}")
+
+
+def _table(positions):
+    """A table of whole-number positions (f64), as constants scattered into a zero fill."""
+    t = ops.const(0.0, (len(positions),))
+    for k, p in enumerate(positions):
+        t = ops.make("scatter", t, ops.const(float(p), (1,)), attrs=((k, k + 1, 1),))
+    return t
 
 
 def _svd_case(x):
