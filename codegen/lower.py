@@ -607,23 +607,35 @@ class Lowering:
             s = self.prog.slots.get(id(c))
         return c
 
-    def guard_vector(self, cond: Node, expected: bool, first: int) -> None:
+    def guard_vector(self, cond: Node, expected: bool | tuple, first: int) -> None:
         """Guards ``first``, ``first + 1``, ... — one per element of the bool vector ``cond``
         (a re-rolled loop's guards): return the status of the first element that does not have
-        the value the trace saw."""
+        the value the trace saw (``expected``: one for all, or a tuple of one per element, read
+        from a constant table)."""
         b = self.b
         if cond.op == Op.CONST:  # known now: the trace computed it, so it holds
             values = np.broadcast_to(np.asarray(cond.attrs[0], dtype=bool), cond.shape)
-            bad = np.flatnonzero(values != expected)
+            bad = np.flatnonzero(values != np.asarray(expected, dtype=bool))
             if bad.size:
                 b.ret(I32(first + int(bad[0])))
                 b.position_at_end(self.fn.append_basic_block(f"guard{first}.dead"))
             return
         p = self.ptr(cond)
+        table = None
+        if isinstance(expected, tuple):
+            ty = ir.ArrayType(I8, len(expected))
+            table = ir.GlobalVariable(self.module, ty, name=f"{self.fn.name}.outcomes{first}")
+            table.initializer = ty([I8(int(e)) for e in expected])
+            table.global_constant = True
+            table.linkage = "internal"
         fail = self.fn.append_basic_block(f"guard{first}.fail")
         with self.loop(cond.shape[0]) as i:
             v = self._load_elem(p, i, "bool")
-            bad = b.xor(v, I1(1)) if expected else v
+            if table is not None:
+                e = b.load(b.gep(table, [I64(0), i], inbounds=True))
+                bad = b.icmp_unsigned("!=", b.zext(v, I8), e)
+            else:
+                bad = b.xor(v, I1(1)) if expected else v
             cont = self.fn.append_basic_block(f"guard{first}.next")
             b.cbranch(bad, fail, cont)
             b.position_at_end(cont)

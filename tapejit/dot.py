@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ir import Graph, Node, Program, Slot, _fmt_attr, format_graph, guard_size
+from .ir import Graph, Node, Program, Slot, _fmt_attr, format_graph, guard_size, outcomes_text
 from .ops import Op
 
 #: Attribute text longer than this is cut (labels stay readable; the text form has it all).
@@ -168,7 +168,7 @@ class _Scope:
             i, size = w.new_id(), guard_size(c)
             name = f"guard {k}" if c.shape == () else f"guards {k}-{k + size - 1}"
             k += size
-            label = quote(f"{name}: == {expected}" + "\n" + str(where))
+            label = quote(f"{name}: == {outcomes_text(expected)}" + "\n" + str(where))
             w.emit(f"{i} [label={label}, shape=diamond];")
             w.emit(f"{self.ids[id(c)]} -> {i};")
 

@@ -275,9 +275,9 @@ class Graph:
     #: Guards recorded by tracing: ``(condition, expected, source)`` — a bool scalar node, the
     #: outcome the trace took, and the user's file:line. Generated code checks each one, and
     #: returns its number (1, 2, ... in this order) when it fails. An entry whose condition is
-    #: a bool vector of shape ``(T,)`` stands for ``T`` consecutive guards with one outcome and
-    #: source, one per element (a Python loop's guards re-rolled:
-    #: :mod:`tapejit.passes.reroll_guards`); :func:`flat_guards` numbers them.
+    #: a bool vector of shape ``(T,)`` stands for ``T`` consecutive guards of one source, one
+    #: per element (a Python loop's guards re-rolled: :mod:`tapejit.passes.reroll_guards`),
+    #: with one outcome or a tuple of ``T`` outcomes; :func:`flat_guards` numbers them.
     guards: tuple[tuple["Node", bool, str], ...] = ()
     #: (loops, iterations) of Python loops that tracing captured (``tapejit.loop_capture``)
     captured: tuple[int, int] = field(default=(0, 0), compare=False)
@@ -382,7 +382,7 @@ def format_graph(g: Graph, names: dict[int, str] | None = None, bodies: bool = F
     for c, expected, where in g.guards:
         size = guard_size(c)
         label = f"guard {k}" if c.shape == () else f"guards {k}-{k + size - 1}"
-        lines.append(f"  {label}: {names[id(c)]} == {expected}   # {where}")
+        lines.append(f"  {label}: {names[id(c)]} == {outcomes_text(expected)}   # {where}")
         k += size
     ret = ", ".join(names[id(o)] for o in g.outputs)
     lines.append(f"  return {ret}")
@@ -411,13 +411,26 @@ def guard_size(c: Node) -> int:
     return c.shape[0] if c.shape else 1
 
 
+def outcomes_text(expected) -> str:
+    """A guard entry's outcome as printed: ``True``, ``False``, or for an outcome per element
+    ``[T True, F False]`` with their counts."""
+    if not isinstance(expected, tuple):
+        return str(expected)
+    yes = sum(expected)
+    return f"[{yes} True, {len(expected) - yes} False]"
+
+
 def flat_guards(guards: Sequence[tuple]) -> tuple[tuple, ...]:
     """``guards`` (``Graph.guards``) with one ``(condition, expected, source)`` per guard
     *number*: entry ``k - 1`` is the guard whose failure returns status ``k``. A vector entry
-    is repeated once per element (its condition is the whole vector)."""
+    is repeated once per element (its condition is the whole vector), each with its own
+    outcome when the entry has one per element."""
     out: list[tuple] = []
-    for entry in guards:
-        out.extend([entry] * guard_size(entry[0]))
+    for c, expected, where in guards:
+        if isinstance(expected, tuple):  # an outcome per element
+            out.extend((c, e, where) for e in expected)
+        else:
+            out.extend([(c, expected, where)] * guard_size(c))
     return tuple(out)
 
 
@@ -465,9 +478,17 @@ def verify(g: Graph) -> Graph:
                 raise VerifyError(f"node {n!r} has type {n.type}, its op rule gives {t}")
         mark_verified(n)
     for c, expected, _ in g.guards:
-        if c.dtype != "bool" or c.ndim > 1 or c.type.size == 0 or not isinstance(expected, bool):
+        outcomes = (
+            isinstance(expected, bool)
+            or c.ndim == 1
+            and isinstance(expected, tuple)
+            and len(expected) == c.shape[0]
+            and all(isinstance(e, bool) for e in expected)
+        )
+        if c.dtype != "bool" or c.ndim > 1 or c.type.size == 0 or not outcomes:
             raise VerifyError(
-                f"guard condition {c!r} must be a bool scalar or non-empty vector with a bool outcome"
+                f"guard condition {c!r} must be a bool scalar or non-empty vector with a bool "
+                "outcome (a vector: or one per element)"
             )
     for i, k in enumerate(g.kinds):
         if k == "const" and i not in g.bindings:

@@ -198,7 +198,8 @@ def _statement(data, prog: Program) -> None:
                 n *= d
             prog.new((n,), f"{a}.reshape(-1)", "index")
         elif form == "gather":
-            idx = data.draw(st.lists(st.integers(0, d0 - 1), min_size=1, max_size=5))
+            # up to 12 positions, negative ones too: from 8 on, one take (tapejit/ops_table.py)
+            idx = data.draw(st.lists(st.integers(-d0, d0 - 1), min_size=1, max_size=12))
             prog.new((len(idx),) + sa[1:], f"{a}[{idx}]", "gather")
         else:
             prog.new((1,) + sa, f"{a}[None]", "index")

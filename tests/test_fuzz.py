@@ -193,7 +193,7 @@ def _check_forward(f, xs, src, rng) -> tuple[str, str]:
     return "ok", "ok"
 
 
-@seed(SEED)
+@(seed(SEED) if LONG else lambda f: f)  # the CI profile is derandomised: one fixed set
 @_settings()
 @given(st.data())
 def test_random_programs_match_numpy_and_finite_differences(data):

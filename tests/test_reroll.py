@@ -242,8 +242,36 @@ def test_numbers_per_iteration_are_read_from_a_table():
 # -- non-affine indices and guards stay unrolled ------------------------------------------------
 
 
-def test_non_affine_indices_stay_unrolled():
+def test_non_affine_indices_read_through_a_table():
+    """x[idx[i]] of a numpy idx and x[i * i]: the rows each iteration reads become a table
+    (take); short loops stay unrolled."""
     idx = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7])
+    long_idx = RNG.integers(0, 30, 60)
+
+    def gathered_long(x):
+        e = 0.0
+        for i in range(len(long_idx)):
+            e = e + np.sin(x[int(long_idx[i])]) * x[i % 30]
+        return e
+
+    def quadratic_long(x):
+        e = 1.0
+        for i in range(20):
+            e = e * 0.5 + np.tanh(x[i * i])  # a carry: a sequential loop reading a table
+        return e
+
+    def rows(p):  # a table of rows of a 2-D array, one column each
+        e = 0.0
+        for i in range(len(long_idx)):
+            e = e + p[int(long_idx[i]), 1] * p[int(long_idx[-1 - i]), 0]
+        return e
+
+    stats = against_unrolled(gathered_long, RNG.random(30))
+    assert stats["iterations"] >= 50, stats  # x[i % 30] wraps around: two runs
+    stats = against_unrolled(quadratic_long, RNG.random(400), n_loops=1)
+    assert stats["iterations"] >= 18, stats
+    stats = against_unrolled(rows, RNG.random((30, 2)))
+    assert stats["iterations"] >= 58, stats
 
     def squares(x):
         e = 0.0
@@ -309,8 +337,9 @@ def test_recurrence_on_the_array_is_a_loop_and_a_map():
 
 
 def test_guards_of_alternating_outcomes_leave_iterations_unrolled():
-    """A guard per iteration whose outcome alternates: no run of one outcome and one body is
-    long enough (tests/test_reroll_guards.py: the runs that are long enough roll)."""
+    """A guard per iteration whose outcome alternates: the guards roll into one vector (an
+    outcome per element: tests/test_reroll_guards.py), but the iterations — 10 of each body,
+    fewer than a run or a group of terms needs — stay unrolled."""
 
     def f(x):
         e = 0.0
@@ -326,7 +355,7 @@ def test_guards_of_alternating_outcomes_leave_iterations_unrolled():
     g = traced(f, x)
     assert len(g.guards) == 20
     r, stats = rr.reroll(g)
-    assert stats["loops"] == 0 and stats["guards"] == 0 and r is g
+    assert stats["loops"] == 0 and stats["guards"] == 20 and len(r.guards) == 1
     grad = tj.compile(f, x, cache=False)
     np.testing.assert_allclose(grad.value_and_grad(x)[0], f(x), rtol=1e-13)
     y = RNG.random(20)  # other branches: a retrace, still right
@@ -503,12 +532,13 @@ def reversed_triangle(pos):
 
 
 def test_short_rows_before_the_long_ones_are_rerolled_too():
-    """The short rows come first here (i from n-1 down): they are re-rolled once a long row
-    with their body has been found, whatever the order."""
+    """The short rows come first here (i from n-1 down): the pairs are re-rolled whatever the
+    order — as one loop reading its rows through tables (a row of fewer than MIN_RUN
+    iterations gives no affine run to start from)."""
     n = 22
     stats = against_unrolled(reversed_triangle, RNG.random(n))
     inner = [n - 1 - i for i in range(n) if n - 1 - i >= rr.MIN_SHORT_RUN]
-    assert (stats["loops"], stats["iterations"]) == (len(inner), sum(inner))
+    assert stats["iterations"] >= sum(inner) and 1 <= stats["loops"] <= len(inner), stats
 
 
 def test_short_loops_with_a_body_of_their_own_stay_unrolled():

@@ -99,16 +99,17 @@ def test_a_failed_element_recompiles_and_is_right():
     np.testing.assert_allclose(grad(x), 2 * x, rtol=1e-15)
 
 
-def test_forcing_one_outcome_splits_the_run_and_keeps_the_numbers():
+def test_forcing_one_outcome_keeps_the_numbers():
     """A retrace that follows native code at guard 31 (tapejit.runtime.dispatch): the guards
-    before and after it roll, guard 31 stays a scalar, and every number keeps its guard."""
+    roll into one vector with an outcome per element, and every number keeps its guard's."""
     x = RNG.uniform(0.1, 1.0, 60)
     g = traced(relu_energy, x, forced={31: True})
     assert g.guards[30][1] is True and all(e is False for k, (_, e, _) in enumerate(g.guards) if k != 30)
     r, stats = rr.reroll(g)
-    assert stats["guards"] == 59
-    assert [c.shape for c, _, _ in r.guards] == [(30,), (), (29,)]
+    assert stats["guards"] == 60
+    assert [c.shape for c, _, _ in r.guards] == [(60,)]
     assert [e for _, e, _ in ir.flat_guards(r.guards)] == [e for _, e, _ in g.guards]
+    assert "== [1 True, 59 False]" in ir.format_graph(r)
 
 
 def between(x):
@@ -117,6 +118,17 @@ def between(x):
         if -1.0 < x[i] < 2.0:  # two guards an iteration: their numbers interleave
             e = e + x[i] ** 2
     return e
+
+
+def test_two_guards_of_different_outcomes_an_iteration_roll():
+    def either(x):
+        e = 0.0
+        for i in range(len(x)):
+            if x[i] > 5.0 or x[i] > 0.0:  # False, then True
+                e = e + x[i] ** 2
+        return e
+
+    check(either, RNG.uniform(0.1, 1, 30), rolled=60, loops=1)
 
 
 def test_two_guards_an_iteration_roll_interleaved():
@@ -132,10 +144,23 @@ def test_two_guards_an_iteration_roll_interleaved():
             grad(y)
 
 
-def test_mixed_outcomes_roll_in_stretches():
+def test_mixed_outcomes_roll_with_an_outcome_per_element():
+    """relu of inputs of both signs: one vector guard with each element's outcome; the
+    iterations that add (the positive ones, at positions no step describes) re-roll reading
+    their elements through a table."""
     x = np.concatenate([RNG.uniform(0.1, 1, 30), -RNG.uniform(0.1, 1, 25), RNG.uniform(0.1, 1, 5)])
-    stats = check(relu_energy, x)
-    assert stats["guards"] == 55  # two stretches of one outcome; the last 5 are too few
+    RNG.shuffle(x)
+    stats = check(relu_energy, x, rolled=60)
+    r, _ = rr.reroll(traced(relu_energy, x))
+    assert [c.shape for c, _, _ in r.guards] == [(60,)]
+    assert stats["loops"] >= 1
+    grad = tj.compile(relu_energy, x, cache=False, on_guard_failure="raise")
+    np.testing.assert_allclose(grad(x), 2 * np.maximum(x, 0.0), rtol=1e-15)
+    k = int(np.flatnonzero(x < 0)[3])
+    y = x.copy()
+    y[k] = 0.5  # a negative element turned positive: its own guard fails
+    with pytest.raises(tj.GuardError, match=f"guard {k + 1} at .*outcome True"):
+        grad(y)
 
 
 def test_shapes_of_guarded_loops():
@@ -190,15 +215,6 @@ def test_guards_that_must_not_roll():
     stats = check(carried, RNG.uniform(0.1, 1, 30))
     assert stats["guards"] == 0 and stats["loops"] == 0
 
-    def either(x):  # two guards an iteration of different outcomes: one vector cannot hold both
-        e = 0.0
-        for i in range(len(x)):
-            if x[i] > 5.0 or x[i] > 0.0:
-                e = e + x[i] ** 2
-        return e
-
-    stats = check(either, RNG.uniform(0.1, 1, 30))
-    assert stats["guards"] == 0 and stats["loops"] == 0
 
     def squares(x):  # a read that does not move affinely
         e = 0.0

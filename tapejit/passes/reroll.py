@@ -114,11 +114,12 @@ from typing import Callable
 
 import numpy as np
 
-from .. import ir, ops
+from .. import ir, ops, ops_table
 from ..ir import Graph, Node, Type, substitute
 from ..ops import Op
 from ..progress import log
 from .reroll_guards import roll_guards
+from .reroll_sums import partition_sum
 from .reroll_match import (  # noqa: F401  (MIN_RUN, MIN_SHORT_RUN: the documented thresholds)
     MIN_RUN,
     MIN_SHORT_RUN,
@@ -163,6 +164,23 @@ def _scanned(src: Node, items: tuple, step: tuple, T: int) -> tuple[Node, int]:
         perm = (axis, *[d for d in range(node.ndim) if d != axis])
         node = ops.transpose(node, perm)
     return node, (axis or 0)
+
+
+def _read_sequence(run: _Run, r: Node, T: int, table: Callable[[tuple], Node] | None) -> Node:
+    """What element-read leaf ``r`` of the template reads in each of the ``T`` iterations,
+    stacked on a new front axis: a strided slice (affine positions) or, for a read whose row
+    moves other than affinely, the rows taken through a table of them (``take``), then the
+    rest of the index."""
+    first = run.first[id(r)]
+    rows = run.rows.get(id(r))
+    if rows is None:
+        return _scanned(first.args[0], first.attrs, run.steps[id(r)], T)[0]
+    if table is None or len(rows) != T:
+        raise _Fail
+    src = first.args[0]
+    taken = ops_table.take(src, table(tuple(float(v) for v in rows)))
+    rest = first.attrs[1:]
+    return ops.index(taken, ((0, T, 1), *rest)) if rest else taken
 
 
 def _unscanned(ys: Node, axis: int) -> Node:
@@ -216,7 +234,9 @@ class _Differentiable:
         return memo[id(n)][1]
 
 
-def _build_reduction(run: _Run, chain: list[Node], tables: dict[int, Node]) -> Node | None:
+def _build_reduction(
+    run: _Run, chain: list[Node], tables: dict[int, Node], table: Callable[[tuple], Node] | None
+) -> Node | None:
     """A sum instead of a loop: ``e = e + term`` (``e = e - term``; several terms an
     iteration) whose terms do not read ``e``, are scalars and are built from elementwise ops
     on scalar element reads, params and constants, becomes ``e_0 + sum(terms)`` with the
@@ -271,8 +291,7 @@ def _build_reduction(run: _Run, chain: list[Node], tables: dict[int, Node]) -> N
         if kind == "same":
             out = R
         elif kind == "xs":
-            first = run.first[id(R)]
-            out, _ = _scanned(first.args[0], first.attrs, run.steps[id(R)], T)
+            out = _read_sequence(run, R, T, table)
         elif kind == "cseq":
             out = tables[id(R)]
         elif kind == "node" and R.op in ops.ELEMENTWISE:
@@ -345,13 +364,14 @@ def _build_loop(
             xs.append(node)
             mapping[id(r)] = x_in
         elif kind == "xs":
-            first = run.first[id(r)]
-            node, _ = _scanned(first.args[0], first.attrs, run.steps[id(r)], T)
+            node = _read_sequence(run, r, T, table)
             x_in = ops.input_node(len(inputs), f"{prefix}x{len(xs)}", r.type)
             inputs.append(x_in)
             xs.append(node)
             mapping[id(r)] = x_in
         elif kind == "rmw":  # the initial array at the position written
+            if "__root__" in run.rows:
+                raise _Fail  # (positions from a table: adds only, which read nothing)
             node, _ = _scanned(run.init, run.root_first_items, run.root_step, T)
             x_in = ops.input_node(len(inputs), f"{prefix}x{len(xs)}", r.type)
             inputs.append(x_in)
@@ -378,7 +398,7 @@ def _build_loop(
         params.append(r)
         mapping[id(r)] = p_in
     if not map_mode and REDUCE and not expose:
-        total = _build_reduction(run, chain, tables)
+        total = _build_reduction(run, chain, tables, table)
         if total is not None:
             return total, True, None
     stages = _stages(run, carry_ref, chain) if map_mode else [R0]
@@ -409,6 +429,18 @@ def _build_loop(
         return ops.segment(loop, lay.carries[0]), False, ys
     acc = run.init
     for w, seg in zip(stages, lay.ys):
+        key = "__root__" if w is R0 else id(w)
+        if key in run.rows:  # element adds at rows from a table: add_at into the flat array
+            rows = run.rows[key]
+            _, ints = _split_items(run.root_first_items if w is R0 else run.first[id(w)].attrs)
+            strides = [int(np.prod(acc.shape[a + 1 :])) for a in range(acc.ndim)]
+            col = sum(i * st for i, st in zip(ints[1:], strides[1:]))
+            flat = table(tuple(float(r * strides[0] + col) for r in rows)) if table else None
+            if flat is None or len(rows) != T:
+                raise _Fail
+            summed = ops_table.add_at(ops.reshape(acc, (acc.type.size,)), flat, ops.segment(loop, seg))
+            acc = ops.reshape(summed, acc.shape)
+            continue
         first, step = _position(run, w, R0)
         ys = _unscanned(ops.segment(loop, seg), _write_axis(first, step))
         acc = ops.make(w.op, acc, ys, attrs=_write_items(first, step, T))
@@ -447,6 +479,13 @@ def _stages(run: _Run, carry_ref: Node, chain: list[Node]) -> list[Node]:
     if any(tpl.kind[id(r)] == "rmw" for r in tpl.leaves):
         raise _Fail
     pattern = _split_items(stages[0].attrs)[0]
+    if run.rows.keys() & ({"__root__"} | {id(w) for w in stages[:-1]}):
+        # adds at rows from a table: in any order up to rounding, as with REDUCE
+        if not (REDUCE and all(st.op == Op.SCATTER_ADD for st in stages)):
+            raise _Fail
+        if any(_split_items(st.attrs)[0] != pattern for st in stages):
+            raise _Fail
+        return stages
     seen: set[tuple] = set()
     for st in stages:
         first, step = _position(run, st, stages[-1])
@@ -535,7 +574,7 @@ def extend(chain: list[Node], chain_ids: set[int], extra: int, number: str, diff
     this checks that the traced ones match one template from some iteration to the last,
     with no integer constant varying, and that every element read and written position
     stays in bounds over all ``extra`` iterations. Raises ``_Fail`` otherwise."""
-    runs = _find_runs(chain, chain_ids, set(), None, min_run=3)
+    runs = _find_runs(chain, chain_ids, set(), None, min_run=3, tables=False)
     if not runs or runs[-1].hi != len(chain) - 1:
         raise _Fail
     run = runs[-1]
@@ -637,6 +676,13 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
     spine_ids = {id(n) for c in chains for n in c}
     diff = _Differentiable(g)
     mapping: dict[int, Node] = {}
+    users: dict[int, int] = {}  # readers of each node (sums grouped by shape: reroll_sums)
+    if REDUCE:
+        for n in g.nodes:
+            for a in n.args:
+                users[id(a)] = users.get(id(a), 0) + 1
+        for o in (*g.outputs, *(c for c, _, _ in g.guards)):
+            users[id(o)] = users.get(id(o), 0) + 1
 
     number = 0
     known: set = set()  # signatures of the templates of long runs (reroll_match.MIN_SHORT_RUN)
@@ -666,6 +712,14 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
             if best[0] >= hi - lo - 2 * period:
                 break
         _, sub, runs = best
+        if REDUCE and best[0] < len(chain) - MIN_RUN:  # runs leave much unrolled: by shape?
+            grouped = partition_sum(chain, users, table)
+            if grouped is not None and grouped[1] > best[0]:
+                mapping[id(chain[-1])] = grouped[0]
+                stats["loops"] += 1
+                stats["reductions"] += 1
+                stats["iterations"] += grouped[1]
+                continue
         for run in runs:
             made = len(tables)
             expose = any(id(sub[k]) in read_outside for k in range(run.lo, run.hi))

@@ -11,22 +11,23 @@ returns its number when it fails, see ``Graph.guards``)::
 
 Such guards kept the loop unrolled (re-rolling must not lose a check). :func:`roll_guards`
 replaces a run of them — at least :data:`MIN_RUN` iterations, each with up to
-:data:`MAX_PERIOD` consecutive guards (``lo < x[i] < hi`` has two), all of one outcome and
-source line, whose conditions are the same elementwise expression of the same leaves (nodes
-computed before the loop, constants, element reads ``x[a + b*k]`` affine in the iteration
-``k``, numbers that differ per iteration: a table) — by **one vector guard**: the conditions
-computed for every iteration at once on the scanned sequences (``lt(x[0:T], 0.0)``, a fused
-vector kernel; with several guards an iteration, interleaved iteration by iteration), checked
-element by element, element ``t`` numbered as guard ``first + t`` was. So a failure reports
-the guard the unrolled code would have, and a retrace that forces its outcome finds it
-(``tapejit.runtime.dispatch``). The same IEEE operations on the same values give the same
-outcomes. The loop itself then re-rolls like any other (:mod:`tapejit.passes.reroll`): its
-nodes are no longer read by a guard.
+:data:`MAX_PERIOD` consecutive guards (``lo < x[i] < hi`` has two), all of one source line,
+whose conditions are the same elementwise expression of the same leaves (nodes computed before
+the loop, constants, element reads whose position moves by a step — ``x[a + b*k]`` — or by any
+row of the array's first axis — ``x[idx[k]]``, read through a table of the rows — and numbers
+that differ per iteration: a table) — by **one vector guard**: the conditions computed for
+every iteration at once (``lt(x[0:T], 0.0)``, a fused vector kernel; with several guards an
+iteration, interleaved iteration by iteration), checked element by element against each
+guard's own outcome (one for all, or a tuple of one per element), element ``t`` numbered as
+guard ``first + t`` was. So a failure reports the guard the unrolled code would have, and a
+retrace that forces its outcome finds it (``tapejit.runtime.dispatch``). The same IEEE
+operations on the same values give the same outcomes. The loop itself then re-rolls like any
+other (:mod:`tapejit.passes.reroll`; iterations of mixed branches of a sum:
+:mod:`tapejit.passes.reroll_sums`): its nodes are no longer read by a guard.
 
 Not rolled (left as they are): conditions that read a loop-carried value (``if e > 1.0`` for
-a running ``e``; the walk also gives up after :data:`MAX_COND` nodes) or an array other than
-by an affine scalar element read, and runs whose outcomes or source lines differ (``relu`` of
-mixed signs rolls only the stretches of one sign).
+a running ``e``; the walk also gives up after :data:`MAX_COND` nodes), reads that move in
+other ways (``x[i, idx[i]]``), and runs shorter than :data:`MIN_RUN` iterations.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from __future__ import annotations
 import struct
 from typing import Callable
 
-from .. import ir, ops
+from .. import ir, ops, ops_table
 from ..ir import Graph, Node
 from ..ops import Op
 from .reroll_match import MIN_RUN, _split_items
@@ -49,25 +50,27 @@ class _NoMatch(Exception):
 
 class _Leaves:
     """What the reference condition's leaves are, learnt while matching guard ``m`` of the run
-    (``m = 1, 2, ...``) against guard 0: ``reads[id(R)]``, the per-position step of an element
-    read ``R``; ``tables[id(R)]``, the values of an f64 constant in each guard so far (one
-    that never differs stays the constant); ``same``, nodes that are the very same in every
-    guard; ``inner``, the elementwise nodes in between."""
+    (``m = 1, 2, ...``) against guard 0: ``reads[id(R)]``, the integers of an element read
+    ``R``'s index in each guard so far (:meth:`moves` says how they move); ``tables[id(R)]``,
+    the values of an f64 constant in each guard so far (one that never differs stays the
+    constant); ``same``, nodes that are the very same in every guard; ``inner``, the
+    elementwise nodes in between."""
 
     def __init__(self, ref: Node):
         self.ref = ref
         self.nodes: dict[int, Node] = {}  # id -> reference node
-        self.reads: dict[int, tuple[int, ...]] = {}
+        self.reads: dict[int, list[tuple[int, ...]]] = {}
         self.tables: dict[int, list[float]] = {}
         self.same: set[int] = set()
         self.inner: set[int] = set()
+        self.moving: dict[int, object] = {}  # read id -> how it moves so far (_advance)
 
-    def match(self, N: Node, m: int) -> dict | None:
-        """How condition ``N`` (guard ``m`` of the run) pairs with the reference — its element
-        reads moved ``m`` steps, its constants noted — or ``None`` if it does not."""
+    def match(self, N: Node) -> dict | None:
+        """How condition ``N`` pairs with the reference — its element reads' integers and its
+        constants noted — or ``None`` if it does not."""
         env: dict[int, Node] = {}
         kind: dict[int, str] = {}
-        steps: dict[int, tuple[int, ...]] = {}
+        ints: dict[int, tuple[int, ...]] = {}
         values: dict[int, float] = {}
         budget = [MAX_COND]
 
@@ -87,20 +90,18 @@ class _Leaves:
                     raise _NoMatch
                 kind[id(R)], values[id(R)] = "table", N.attrs[0]
                 return
-            if N is R:
-                kind[id(R)] = "same"
-                return
-            if R.op == Op.INDEX and N.op == Op.INDEX and N.args[0] is R.args[0]:
+            if R.op == Op.INDEX and N.op == Op.INDEX and N.args[0] is R.args[0] and R.shape == ():
+                # an element read, even of the same element: later ones may read others
                 sr, sn = _split_items(R.attrs), _split_items(N.attrs)
                 if sr is None or sn is None or sr[0] != sn[0]:
                     raise _NoMatch
-                diff = tuple(b - a for a, b in zip(sr[1], sn[1]))
-                if any(d % m for d in diff):
-                    raise _NoMatch
-                step = tuple(d // m for d in diff)
-                if sum(s != 0 for s in step) != 1:
-                    raise _NoMatch  # one axis moves
-                kind[id(R)], steps[id(R)] = "read", step
+                seq = self.reads.get(id(R)) or [sr[1]]
+                if _advance(self.moving.get(id(R)), seq[0], sn[1], len(seq), sr[0]) is None:
+                    raise _NoMatch  # (of a commutative op's operands, the other pairing)
+                kind[id(R)], ints[id(R)] = "read", sn[1]
+                return
+            if N is R:
+                kind[id(R)] = "same"
                 return
             if (
                 R.op != N.op
@@ -112,13 +113,13 @@ class _Leaves:
             kind[id(R)] = "inner"
             ra, na = R.args, N.args
             if len(ra) == 2 and R.op in ir.commutative and ra[0] is not ra[1]:
-                saved = dict(env), dict(kind), dict(steps), dict(values), budget[0]
+                saved = dict(env), dict(kind), dict(ints), dict(values), budget[0]
                 try:
                     pair(ra[0], na[0])
                     pair(ra[1], na[1])
                     return
                 except _NoMatch:
-                    for d, old in zip((env, kind, steps, values), saved):
+                    for d, old in zip((env, kind, ints, values), saved):
                         d.clear()
                         d.update(old)
                     budget[0] = saved[4]
@@ -132,28 +133,72 @@ class _Leaves:
             pair(self.ref, N)
         except _NoMatch:
             return None
-        return {"kind": kind, "steps": steps, "values": values}
+        return {"kind": kind, "ints": ints, "values": values}
 
     def commit(self, got: dict, m: int) -> bool:
         """Record guard ``m``'s leaves; ``False`` when a node's role differs from the earlier
-        guards' (a read that moves by another step, a node that was the same now differs)."""
-        kind, steps, values = got["kind"], got["steps"], got["values"]
+        guards' (a node that was the same now differs) or a read stops moving in one of the
+        ways :meth:`moves` knows."""
+        kind, ints, values = got["kind"], got["ints"], got["values"]
         if m == 1:
-            self.reads = dict(steps)
+            self.reads = {k: [_split_items(self.nodes[k].attrs)[1], v] for k, v in ints.items()}
             self.same = {k for k, v in kind.items() if v == "same"}
             self.inner = {k for k, v in kind.items() if v == "inner"}
             self.tables = {k: [self.nodes[k].attrs[0], v] for k, v in values.items()}
+        else:
+            if (
+                ints.keys() != self.reads.keys()
+                or values.keys() != self.tables.keys()
+                or {k for k, v in kind.items() if v == "same"} != self.same
+                or {k for k, v in kind.items() if v == "inner"} != self.inner
+            ):
+                return False
+            for k, v in ints.items():
+                self.reads[k].append(v)
+            for k, v in values.items():
+                self.tables[k].append(v)
+        moving = {}
+        for k in ints:
+            seq = self.reads[k]
+            how = _advance(self.moving.get(k), seq[0], seq[-1], len(seq) - 1,
+                           _split_items(self.nodes[k].attrs)[0])  # fmt: skip
+            if how is None:
+                break
+            moving[k] = how
+        if len(moving) == len(ints):
+            self.moving.update(moving)
             return True
-        if (
-            steps != self.reads
-            or values.keys() != self.tables.keys()
-            or {k for k, v in kind.items() if v == "same"} != self.same
-            or {k for k, v in kind.items() if v == "inner"} != self.inner
-        ):
-            return False
-        for k, v in values.items():
-            self.tables[k].append(v)
-        return True
+        for k in ints:  # undo: the run ends before this guard
+            self.reads[k].pop()
+        for k in values:
+            self.tables[k].pop()
+        return False
+
+    def moves(self, key: int):
+        """How read ``key`` moves over the guards so far: its step (one axis moves by a fixed
+        amount: a strided slice) or ``"rows"`` (through a table, ``take``); see
+        :func:`_advance`."""
+        return self.moving[key]
+
+
+def _advance(how, first: tuple, ints: tuple, m: int, pattern: tuple):
+    """How an element read moves once its ``m``-th guard reads ``ints`` (guard 0: ``first``;
+    ``how``: how it moved before, ``None`` at ``m = 1``): a step (one axis moves by a fixed
+    amount: a strided slice), ``"rows"`` (only its first integer, an index into the array's
+    first axis, moves: rows through a table, ``take``), or ``None`` when it moves in neither
+    way. O(1): the history is summed up in ``how``."""
+    rows_ok = bool(pattern) and pattern[0] is None and ints[1:] == first[1:]
+    if how is None or m == 1:
+        step = tuple(b - a for a, b in zip(first, ints))
+        if sum(d != 0 for d in step) == 1:
+            return step
+        return "rows" if rows_ok else None
+    if how == "rows":
+        return how if rows_ok else None
+    if all(x - a == m * d for x, a, d in zip(ints, first, how)):
+        return how
+    # a step along the first axis alone: every earlier read had the first's other integers
+    return "rows" if rows_ok and not any(how[1:]) else None
 
 
 #: Most guards an iteration (``lo < x[i] < hi``: two) whose numbers interleave in a run.
@@ -177,7 +222,7 @@ def roll_guards(g: Graph, table: Callable[[tuple], Node]) -> tuple[Graph, int]:
             out.append(guards[j])
             j += 1
             continue
-        out.append((vec, guards[j][1], guards[j][2]))
+        out.append((vec, _outcomes(guards, j, end), guards[j][2]))
         rolled += end - j
         j = end
     if not rolled:
@@ -189,27 +234,27 @@ def _run_at(guards: list[tuple], j: int, p: int, table) -> tuple[int, Node | Non
     """The end of the run of guards that starts at ``j`` with ``p`` guards an iteration, and
     its vector condition (element ``t * p + q``: guard ``q`` of iteration ``t``); ``(j,
     None)`` when fewer than :data:`MIN_RUN` iterations roll."""
-    _, expected, where = guards[j]
+    where = guards[j][2]
     refs = [c for c, _, _ in guards[j : j + p]]
     if len(refs) < p or any(
-        c.shape != () or c.op in (Op.CONST, Op.INPUT) or e != expected or w != where
-        for c, e, w in guards[j : j + p]
+        c.shape != () or c.op in (Op.CONST, Op.INPUT) or w != where
+        for c, _, w in guards[j : j + p]
     ):
         return j, None
     leaves = [_Leaves(c) for c in refs]
     T = 1
     while j + (T + 1) * p <= len(guards):
-        ok = True
+        done = []
         for q in range(p):
-            c, e, w = guards[j + T * p + q]
-            if e != expected or w != where or c.shape != ():
-                ok = False
-                break
-            got = leaves[q].match(c, T)
+            c, _, w = guards[j + T * p + q]
+            got = leaves[q].match(c) if w == where and c.shape == () else None
             if got is None or not leaves[q].commit(got, T):
-                ok = False
                 break
-        if not ok:
+            done.append(q)
+        if len(done) < p:
+            for q in done:  # the iteration is not rolled: forget its guards' leaves
+                for seq in (*leaves[q].reads.values(), *leaves[q].tables.values()):
+                    seq.pop()
             break
         T += 1
     if T < MIN_RUN:
@@ -228,6 +273,12 @@ def _run_at(guards: list[tuple], j: int, p: int, table) -> tuple[int, Node | Non
     for q, v in enumerate(vecs):
         vec = ops.make(Op.SCATTER, vec, v, attrs=((q, q + p * T, p),))
     return j + T * p, vec
+
+
+def _outcomes(guards: list[tuple], j: int, end: int) -> bool | tuple:
+    """The outcome of guards ``j .. end - 1``: one, or a tuple of one per guard."""
+    out = tuple(e for _, e, _ in guards[j:end])
+    return out[0] if all(e == out[0] for e in out) else out
 
 
 def _bits(v: float) -> bytes:
@@ -249,7 +300,14 @@ def _vectorised(ref: Node, leaves: _Leaves, T: int, table) -> Node:
             todo.pop()
             continue
         if key in leaves.reads:
-            memo[key], _ = _scanned(n.args[0], n.attrs, leaves.reads[key], T)
+            how = leaves.moves(key)
+            if how == "rows":  # rows through a table, then the rest of the index
+                rows = table(tuple(float(v[0]) for v in leaves.reads[key]))
+                taken = ops_table.take(n.args[0], rows)
+                rest = n.attrs[1:]
+                memo[key] = ops.index(taken, ((0, T, 1), *rest)) if rest else taken
+            else:
+                memo[key], _ = _scanned(n.args[0], n.attrs, how, T)
         elif key in leaves.tables:
             memo[key] = table(tuple(leaves.tables[key]))
         elif key not in leaves.inner:

@@ -154,6 +154,7 @@ class _Template:
     leaves: list[Node] = field(default_factory=list)  # xs/iconst/cseq/same/rmw, first-seen
     root_varies: bool = False
     stages: set = field(default_factory=set)  # ids of the earlier writes into the carry (map)
+    free: set = field(default_factory=set)  # ids of xs leaves read at positions from a table
 
 
 class _Matcher:
@@ -170,6 +171,7 @@ class _Matcher:
         self.chain = chain
         self.chain_ids = chain_ids
         self.guarded = guarded
+        self.free_mode = False  # building: an element read may move other than affinely
 
     def walk(self, tpl: _Template, ks: tuple[int, ...], building: bool, free: bool = False,
              expect: dict | None = None) -> dict:  # fmt: skip
@@ -178,7 +180,8 @@ class _Matcher:
         the carry is whichever operand matches (the first iteration of a loop)."""
         chain = self.chain
         carry = tuple(None if free or k == 0 else chain[k - 1] for k in ks)
-        st = {"env": {}, "carry": carry, "log": [], "count": 0, "ks": ks, "expect": expect}
+        st = {"env": {}, "carry": carry, "log": [], "count": 0, "ks": ks, "expect": expect,
+              "free_mode": self.free_mode}  # fmt: skip
         R = chain[tpl.s]
         Ns = tuple(chain[k] for k in ks)
         for N in Ns:
@@ -204,7 +207,11 @@ class _Matcher:
             sns = [_split_items(N.attrs) for N in Ns]
             if sr is None or any(sn is None or sn[0] != sr[0] for sn in sns):
                 raise _Fail
-            self._check_ints(st, "__root__", sr[1], [sn[1] for sn in sns], building)
+            ints = [sn[1] for sn in sns]
+            if building and st["free_mode"] and R.op == Op.SCATTER_ADD and _tabled(sr, ints, True):
+                tpl.free.add("__root__")  # adds at positions from a table (add_at)
+            else:
+                self._check_ints(st, "__root__", sr[1], ints, building)
         elif tpl.root_varies:
             raise _Fail
         st["env"][id(R)] = Ns
@@ -221,7 +228,7 @@ class _Matcher:
             return None
         if tpl.root_varies:
             sn = split(N0.attrs)
-            if sn is None or sn[0] != split(R0.attrs)[0] or sn[1] != expect["__root__"]:
+            if sn is None or sn[0] != split(R0.attrs)[0] or not _at(sn[1], expect["__root__"]):
                 return None
         elif N0.attrs != R0.attrs:
             return None
@@ -257,7 +264,7 @@ class _Matcher:
                     or id(N) in guarded
                     or (sn := split(N.attrs)) is None
                     or sn[0] != split(R.attrs)[0]
-                    or sn[1] != expect[id(R)]
+                    or not _at(sn[1], expect[id(R)])
                 ):
                     return False
                 return args(R, N)
@@ -277,7 +284,9 @@ class _Matcher:
                 if N.op != INDEX or N.args[0] is not R.args[0]:
                     return False
                 sn = split(N.attrs)
-                return sn is not None and sn[1] == expect[id(R)] and sn[0] == split(R.attrs)[0]
+                if sn is None or sn[0] != split(R.attrs)[0]:
+                    return False
+                return _at(sn[1], expect[id(R)])
             if kd == "iconst":
                 v = N.attrs[0] if N.op == CONST and N.type == R.type else None
                 return _whole(v) and (int(v),) == expect[id(R)]
@@ -415,6 +424,9 @@ class _Matcher:
                 if sn is None or sn[0] != sr[0]:
                     raise _Fail
                 ints.append(sn[1])
+            if building and st["free_mode"] and _tabled(sr, ints):
+                tpl.free.add(id(R))  # read through a table of the rows each iteration reads
+                return
             self._check_ints(st, id(R), sr[1], ints, building)
             return
         if kind == "iconst":
@@ -446,7 +458,10 @@ class _Matcher:
                 if sn is None or sn[0] != sr[0] or N.type != R.type or id(N) in self.chain_ids:
                     raise _Fail
                 ints.append(sn[1])
-            self._check_ints(st, id(R), sr[1], ints, building)
+            if building and st["free_mode"] and R.op == Op.SCATTER_ADD and _tabled(sr, ints, True):
+                tpl.free.add(id(R))
+            else:
+                self._check_ints(st, id(R), sr[1], ints, building)
             st["count"] += 1
             self._args(tpl, st, R, Ns, building)
             return
@@ -501,6 +516,39 @@ class _Matcher:
         return "node"
 
 
+class _Free:
+    """What a template expects of a read through a table (:func:`_tabled`): any row, and the
+    rest of the index as the reference's."""
+
+    __slots__ = ("rest",)
+
+    def __init__(self, rest: tuple):
+        self.rest = rest
+
+
+def _at(ints: tuple, e) -> bool:
+    """Whether an index's integers are where a template expects them (``_Free``: any row)."""
+    if type(e) is _Free:
+        return ints[1:] == e.rest
+    return ints == e
+
+
+def _tabled(sr: tuple, ints: list, element: bool = False) -> bool:
+    """Whether an element read (``element``: write of one element) whose index is ``sr``
+    (``_split_items``) in the reference and ``ints`` in the iterations walked moves only in
+    its first position, which is an integer on the array's first axis, and not by one step:
+    read (added) through a table of rows (``take``, ``add_at``)."""
+    pattern, ref = sr
+    if not pattern or pattern[0] is not None or not ints:
+        return False
+    if element and any(p is not None for p in pattern):
+        return False
+    if any(tuple(n[1:]) != ref[1:] for n in ints):
+        return False
+    rows = [ref[0], *(n[0] for n in ints)]
+    return len(rows) != 3 or rows[2] - rows[0] != 2 * (rows[1] - rows[0])
+
+
 def _whole(v) -> bool:
     """Whether constant ``v`` is a float holding an integer the loop can recompute exactly
     from its index: finite, below 2**52, and not -0.0 (``i * b + a`` gives +0.0 there, and the
@@ -531,6 +579,7 @@ class _Run:
     root_step: tuple = ()
     extra: int = 0  # iterations after hi not in the chain (a captured loop's, not traced)
     tables: dict = field(default_factory=dict)  # cseq leaf id -> its value in each iteration
+    rows: dict = field(default_factory=dict)  # free xs leaf id -> the row it reads, each iteration
 
     @property
     def trips(self) -> int:
@@ -575,12 +624,14 @@ def _template_signature(tpl: _Template, root: Node) -> tuple:
 
 def _find_runs(
     chain: list[Node], chain_ids: set[int], guarded: set[int], known: set | None = None,
-    min_run: int = MIN_RUN,
+    min_run: int = MIN_RUN, tables: bool = True,
 ) -> list[_Run]:
     """Runs of at least ``min_run`` (``MIN_RUN``) consecutive iterations of ``chain`` that match one
     template with affine indices, in order, not overlapping; with ``known`` (a set of
     template signatures, updated with those of the runs found), also runs of at least
-    ``MIN_SHORT_RUN`` whose template has a known signature."""
+    ``MIN_SHORT_RUN`` whose template has a known signature. With ``tables``, where the affine
+    template gives no run, element reads whose row moves other than affinely (``x[idx[e]]``
+    of a numpy ``idx``) may be read through a table of the rows (``_Run.rows``)."""
     m = _Matcher(chain, chain_ids, guarded)
     free_m = _Matcher(chain, set(), guarded)  # a first iteration's walk (MAX_BODY bounds it)
     runs: list[_Run] = []
@@ -592,75 +643,34 @@ def _find_runs(
         if not skeleton.alike(chain[s], chain[s + 1], chain[s + 2]):
             s += 1  # cannot match: no walk (a failing walk backtracks over operand orders)
             continue
-        tpl = _Template(s)
-        try:
-            st = m.walk(tpl, (s + 1, s + 2), True)
-            base = _facts(tpl, None, chain[s])
-            nxt = _facts(tpl, st, chain[s + 1])
-        except _Fail:
-            s += 1
-            continue
-        step = {key: tuple(b - a for a, b in zip(base[key], nxt[key])) for key in base}
-        if not _steps_ok(tpl, step):
-            s += 1
-            continue
-
-        cseq = [r for r in tpl.leaves if tpl.kind[id(r)] == "cseq"]
-        consts = {s: [r for r in cseq]}  # iteration -> its node of each cseq leaf
-        consts[s + 1] = [st["env"][id(r)][0] for r in cseq]
-        consts[s + 2] = [st["env"][id(r)][1] for r in cseq]
-
-        def fits(k: int, free: bool = False, s=s, tpl=tpl, base=base, step=step,
-                 cseq=cseq, consts=consts) -> dict | None:  # fmt: skip
-            d = k - s
-            expect = {key: tuple(b + d * e for b, e in zip(base[key], step[key])) for key in base}
-            got = (free_m if free else m).check(tpl, k, free, expect)
-            if got is not None and cseq:
-                consts[k] = [got["env"][id(r)][0] for r in cseq]
-            return got
-
-        hi = s + 2
-        while hi + 1 < len(chain) and fits(hi + 1) is not None:
-            hi += 1
-        lo, lo_st = s, None
-        while lo - 1 >= floor:
-            st = fits(lo - 1)
-            if st is None:
-                # the first iteration of the loop: its carry may be any operand (the chain
-                # found may go on back into that iteration's term, or to a value computed
-                # before the loop that is not a chain node)
-                st = fits(lo - 1, free=True)
-                if st is not None:
-                    lo, lo_st = lo - 1, st
+        got = None
+        for free_mode in (False, True) if tables else (False,):
+            m.free_mode = free_mode
+            attempt = _run_at(chain, s, floor, m, free_m)
+            m.free_mode = False
+            if attempt is not None and (got is None or _count(attempt) > _count(got)):
+                got = attempt
+            if got is not None and _count(got) >= min_run:
                 break
-            lo, lo_st = lo - 1, st
-        count = hi - lo + 1
+        if got is None:
+            s += 1
+            continue
+        run = got
+        count = _count(run)
         short = count < min_run
         if short and (known is None or count < MIN_SHORT_RUN):
-            s = max(s + 1, hi - 1)
+            s = max(s + 1, run.hi - 1)
             continue
-        if lo_st is None:
-            first = {id(r): r for r in tpl.leaves}
-            init = chain[s - 1]
-        else:
-            first = {id(r): lo_st["env"][id(r)][0] for r in tpl.leaves}
-            init = lo_st["carry"][0]
-        root_step = step.pop("__root__", ())
-        tables = {
-            id(r): tuple(consts[k][j].attrs[0] for k in range(lo, hi + 1))
-            for j, r in enumerate(cseq)
-        }
-        run = _Run(tpl, lo, hi, init, first, step, chain[lo].attrs, root_step, tables=tables)
-        sig = _template_signature(tpl, chain[tpl.s]) if known is not None else None
+        sig = _template_signature(run.tpl, chain[run.tpl.s]) if known is not None else None
         if short and sig not in known:
             pending.append((run, sig))  # its body may turn up in a long run further on
-            s = max(s + 1, hi - 1)
+            s = max(s + 1, run.hi - 1)
             continue
         if not short and known is not None:
             known.add(sig)
         runs.append(run)
-        floor = hi + 1
-        s = hi + 2
+        floor = run.hi + 1
+        s = run.hi + 2
     taken = [(r.lo, r.hi) for r in runs]
     for run, sig in pending:
         if sig in known and not any(run.lo <= b and a <= run.hi for a, b in taken):
@@ -668,6 +678,76 @@ def _find_runs(
             taken.append((run.lo, run.hi))
     runs.sort(key=lambda r: r.lo)
     return runs
+
+
+def _count(run: _Run) -> int:
+    return run.hi - run.lo + 1
+
+
+def _run_at(chain: list[Node], s: int, floor: int, m: "_Matcher", free_m: "_Matcher") -> _Run | None:
+    """The run around iterations ``s``, ``s+1``, ``s+2`` (their template, extended forward and
+    back to ``floor``), or ``None`` when those three do not match one template."""
+    tpl = _Template(s)
+    try:
+        st = m.walk(tpl, (s + 1, s + 2), True)
+        base = _facts(tpl, None, chain[s])
+        nxt = _facts(tpl, st, chain[s + 1])
+    except _Fail:
+        return None
+    step = {key: tuple(b - a for a, b in zip(base[key], nxt[key])) for key in base if key not in tpl.free}
+    if not _steps_ok(tpl, step):
+        return None
+    cseq = [r for r in tpl.leaves if tpl.kind[id(r)] == "cseq"]
+    free = [r for r in tpl.leaves if id(r) in tpl.free]
+    noted = cseq + free  # iteration -> its node of each cseq and table-read leaf
+    seen = {s: list(noted)}
+    seen[s + 1] = [st["env"][id(r)][0] for r in noted]
+    seen[s + 2] = [st["env"][id(r)][1] for r in noted]
+    rest: dict = {id(r): _Free(_split_items(r.attrs)[1][1:]) for r in free}
+    if "__root__" in tpl.free:
+        rest["__root__"] = _Free(_split_items(chain[s].attrs)[1][1:])
+
+    def fits(k: int, is_free: bool = False) -> dict | None:
+        d = k - s
+        expect = {key: tuple(b + d * e for b, e in zip(base[key], step[key])) for key in step}
+        expect.update(rest)
+        got = (free_m if is_free else m).check(tpl, k, is_free, expect)
+        if got is not None and noted:
+            seen[k] = [got["env"][id(r)][0] for r in noted]
+        return got
+
+    hi = s + 2
+    while hi + 1 < len(chain) and fits(hi + 1) is not None:
+        hi += 1
+    lo, lo_st = s, None
+    while lo - 1 >= floor:
+        st = fits(lo - 1)
+        if st is None:
+            # the first iteration of the loop: its carry may be any operand (the chain
+            # found may go on back into that iteration's term, or to a value computed
+            # before the loop that is not a chain node)
+            st = fits(lo - 1, is_free=True)
+            if st is not None:
+                lo, lo_st = lo - 1, st
+            break
+        lo, lo_st = lo - 1, st
+    if lo_st is None:
+        first = {id(r): r for r in tpl.leaves}
+        init = chain[s - 1]
+    else:
+        first = {id(r): lo_st["env"][id(r)][0] for r in tpl.leaves}
+        init = lo_st["carry"][0]
+    root_step = step.pop("__root__", ())
+    tables = {
+        id(r): tuple(seen[k][j].attrs[0] for k in range(lo, hi + 1)) for j, r in enumerate(cseq)
+    }
+    rows = {
+        id(r): tuple(_split_items(seen[k][len(cseq) + j].attrs)[1][0] for k in range(lo, hi + 1))
+        for j, r in enumerate(free)
+    }
+    if "__root__" in tpl.free:  # the rows the iterations add to
+        rows["__root__"] = tuple(_split_items(chain[k].attrs)[1][0] for k in range(lo, hi + 1))
+    return _Run(tpl, lo, hi, init, first, step, chain[lo].attrs, root_step, tables=tables, rows=rows)
 
 
 class _Skeletons:
@@ -724,9 +804,11 @@ def _steps_ok(tpl: _Template, step: dict) -> bool:
         if sum(1 for v in d if v != 0) > 1:
             return False
     for r in tpl.leaves:
+        if id(r) in tpl.free:
+            continue
         if tpl.kind[id(r)] == "write" and sum(1 for v in step.get(id(r), ()) if v != 0) != 1:
             return False
-    if tpl.root_varies:
+    if tpl.root_varies and "__root__" not in tpl.free:
         d = step.get("__root__", ())
         if sum(1 for v in d if v != 0) != 1:
             return False
