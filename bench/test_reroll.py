@@ -9,7 +9,10 @@ preallocate-and-fill loop, at n = 100 / 1000 / 3000 (the element loop also at 10
 * gradient: one call of the compiled gradient, against the hand-derived vectorised numpy
   gradient;
 * a loop with a branch per element (``max(x[i], 0.2)``: one guard per element, rolled into one
-  vector guard so the loop re-rolls), compile re-rolled and unrolled, and its gradient.
+  vector guard so the loop re-rolls), compile re-rolled and unrolled, and its gradient;
+* a Lennard-Jones pair loop with a cutoff (``if r2 < rc2``: which pairs add depends on the
+  positions; guards rolled with an outcome per pair, the terms summed by shape), compile and
+  gradient against numpy over all pairs.
 
 Run: ``python -m pytest bench/test_reroll.py --benchmark-enable --benchmark-group-by=param``.
 """
@@ -180,3 +183,68 @@ def test_guarded_gradient_numpy(benchmark, n):
     tag(benchmark, GUARDED_GRAD, f"n={n}", "numpy (vectorised, by hand)")
     x = np.random.default_rng(0).uniform(0.3, 1.0, n)
     benchmark(guarded_grad_numpy, x, np.empty(n))
+
+
+CUTOFF = "LJ pair loop with a cutoff (if r2 < rc2: branches differ per pair): cold compile + first call"
+CUTOFF_GRAD = "LJ pair loop with a cutoff: gradient call"
+RC2 = 6.25
+
+
+def lj_cutoff(pos):
+    n = pos.shape[0]
+    e = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = pos[j, 0] - pos[i, 0]
+            dy = pos[j, 1] - pos[i, 1]
+            dz = pos[j, 2] - pos[i, 2]
+            r2 = dx * dx + dy * dy + dz * dz
+            if r2 < RC2:  # a guard per pair, rolled; the pairs inside summed by shape
+                s = 1.0 / (r2 * r2 * r2)
+                e = e + 4.0 * (s * s - s)
+    return e
+
+
+def lj_cutoff_grad_numpy(pos):
+    d = pos[None, :, :] - pos[:, None, :]
+    r2 = np.einsum("ijk,ijk->ij", d, d)
+    np.fill_diagonal(r2, np.inf)
+    s = 1.0 / r2**3
+    f = np.where(r2 < RC2, -12.0 * s * (2.0 * s - 1.0) / r2, 0.0)
+    return 2.0 * np.einsum("ij,ijk->jk", f, d)
+
+
+@pytest.mark.parametrize("rolled", [True, False], ids=["reroll", "unrolled"])
+@pytest.mark.parametrize("n", [32, 64])
+def test_cutoff_compile(benchmark, monkeypatch, n, rolled):
+    from pair_potential import lattice
+
+    monkeypatch.setattr(reroll, "ENABLED", rolled)
+    tag(benchmark, CUTOFF, f"N={n}", "re-rolled" if rolled else "unrolled", unit="s")
+    pos = lattice(n)
+    grad, _ = _cold(lj_cutoff, pos)
+    ref = lj_cutoff_grad_numpy(pos)
+    np.testing.assert_allclose(grad(pos), ref, rtol=0, atol=1e-12 * np.abs(ref).max())
+    benchmark.extra_info.update(reroll=grad.stats["reroll"])
+    benchmark.pedantic(_cold, (lj_cutoff, pos), rounds=1, iterations=1)
+
+
+@pytest.mark.parametrize("n", [64, 128])
+def test_cutoff_gradient(benchmark, n):
+    from pair_potential import lattice
+
+    tag(benchmark, CUTOFF_GRAD, f"N={n}", "tapejit (re-rolled)")
+    pos = lattice(n)
+    grad = tj.compile(lj_cutoff, pos, cache=False)
+    g = np.empty_like(pos)
+    ref = lj_cutoff_grad_numpy(pos)
+    np.testing.assert_allclose(grad(pos, out=g), ref, rtol=0, atol=1e-12 * np.abs(ref).max())
+    benchmark(grad, pos, out=g)
+
+
+@pytest.mark.parametrize("n", [64, 128])
+def test_cutoff_gradient_numpy(benchmark, n):
+    from pair_potential import lattice
+
+    tag(benchmark, CUTOFF_GRAD, f"N={n}", "numpy (all pairs, masked)")
+    benchmark(lj_cutoff_grad_numpy, lattice(n))

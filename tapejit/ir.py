@@ -405,6 +405,30 @@ def _loop_subgraph_lines(n: Node) -> list[str]:
     return lines
 
 
+def depends(n: Node, decide: Callable[[Node], bool | None], memo: dict[int, tuple]) -> bool:
+    """Whether ``n`` depends on a node for which ``decide`` says ``True``: ``decide(m)`` is
+    ``True`` or ``False`` for a node whose answer it knows (an input, a constant, a node of a
+    set) and ``None`` for one answered by its operands (any of them). Iterative; ``memo``
+    (``id -> (node, answer)``, the node kept alive so its id stays its own) may be shared
+    between calls with one ``decide``."""
+    todo = [n]
+    while todo:
+        m = todo[-1]
+        if id(m) in memo:
+            todo.pop()
+            continue
+        known = decide(m)
+        if known is None:
+            pending = [a for a in m.args if id(a) not in memo]
+            if pending:
+                todo.extend(pending)
+                continue
+            known = any(memo[id(a)][1] for a in m.args)
+        memo[id(m)] = (m, known)
+        todo.pop()
+    return memo[id(n)][1]
+
+
 def guard_size(c: Node) -> int:
     """How many guards a ``Graph.guards`` entry with condition ``c`` stands for: 1 for a bool
     scalar, ``T`` for a bool vector of shape ``(T,)`` (one guard per element)."""

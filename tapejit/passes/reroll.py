@@ -213,25 +213,14 @@ class _Differentiable:
         self.memo: dict[int, tuple[Node, bool]] = {}
 
     def __call__(self, n: Node) -> bool:
-        memo = self.memo
-        todo = [n]
-        while todo:
-            m = todo[-1]
-            if id(m) in memo:
-                todo.pop()
-                continue
-            if m.op == Op.INPUT:
-                memo[id(m)] = (m, id(m) in self.active)
-            elif m.op in ops.NONDIFFERENTIABLE or m.op == Op.CONST:
-                memo[id(m)] = (m, False)
-            else:
-                pending = [a for a in m.args if id(a) not in memo]
-                if pending:
-                    todo.extend(pending)
-                    continue
-                memo[id(m)] = (m, any(memo[id(a)][1] for a in m.args))
-            todo.pop()
-        return memo[id(n)][1]
+        return ir.depends(n, self._decide, self.memo)
+
+    def _decide(self, m: Node) -> bool | None:
+        if m.op == Op.INPUT:
+            return id(m) in self.active
+        if m.op in ops.NONDIFFERENTIABLE or m.op == Op.CONST:
+            return False
+        return None
 
 
 def _build_reduction(

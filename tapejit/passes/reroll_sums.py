@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from .. import ops
+from .. import ir, ops
 from ..ir import Node, Type
 from ..ops import Op
 from .reroll_guards import _bits, _Leaves, _vectorised
@@ -63,31 +63,11 @@ def terms_of(chain: list[Node], users: dict[int, int]) -> tuple[int, list] | Non
         return None
     out.reverse()
     ids = {id(n) for n in chain[k:]}
-    memo: dict[int, bool] = {}
-    if any(_reads(t, ids, memo) for _, t in out):
+    memo: dict[int, tuple] = {}
+    decide = lambda m: True if id(m) in ids else None  # noqa: E731
+    if any(ir.depends(t, decide, memo) for _, t in out):
         return None
     return k, out
-
-
-def _reads(n: Node, ids: set[int], memo: dict[int, bool]) -> bool:
-    """Whether ``n`` depends on a node of ``ids`` (iterative, memoised)."""
-    todo = [n]
-    while todo:
-        m = todo[-1]
-        if id(m) in memo:
-            todo.pop()
-            continue
-        if id(m) in ids:
-            memo[id(m)] = True
-            todo.pop()
-            continue
-        pending = [a for a in m.args if id(a) not in memo]
-        if pending:
-            todo.extend(pending)
-            continue
-        memo[id(m)] = any(memo[id(a)] for a in m.args)
-        todo.pop()
-    return memo[id(n)]
 
 
 def partition_sum(
