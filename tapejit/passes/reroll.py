@@ -40,7 +40,10 @@ every further iteration is walked against it. The walk stops at *leaves*:
 * ``xs`` — ``index`` of one (same) array whose integer index is affine in the iteration number,
   ``x[a + b*k]`` (``x[i]``, ``x[i+1]``, ``x[n-1-i]``, ``x[2*i]``, ``x[i, 0]``, ``x[i, :]``; one
   varying axis): the loop reads it as a scanned sequence, the strided slice
-  ``x[a : a+b*T : b]`` (moved to the front axis) built outside the loop;
+  ``x[a : a+b*T : b]`` (moved to the front axis) built outside the loop — or, when its row
+  (an integer on the array's first axis) moves other than by a step (``x[idx[e]]`` of a numpy
+  ``idx``, ``p[nbr[k], 0]``), the rows each iteration reads, taken through a table of them
+  (:func:`tapejit.ops_table.take`; tried where the affine template gives no run);
 * ``iconst`` — a scalar constant that is an integer affine in ``k`` (``i`` used as a number):
   computed in the body from the iteration index (exactly: integers below 2**52);
 * ``cseq`` — any other scalar constant that differs between iterations (``mu[i]`` of a numpy
@@ -72,11 +75,15 @@ the iterations then no longer touch a guard's nodes and re-roll as any other.
   bits);
 * carry mode (any other chain, e.g. ``p = p * f``, ``h = tanh(W h + x[i])``, ``y[0] += v``, and
   sums with ``REDUCE = False``): a sequential loop over ``T`` iterations carrying ``c`` — the
-  same operations in the same order as the unrolled code, so the same values;
+  same operations in the same order as the unrolled code, so the same values (the
+  cotangents of rows read through a table, where a row repeats, are summed in another order
+  than the unrolled reverse pass sums them: the last bits of such gradients may differ);
 * map mode (a ``scatter``/``scatter_add`` chain writing ``y[a + b*k]``, ``b != 0``, whose update
   does not read the carry except at the written position): a loop with no carry returning the
   updates as stacked ``ys``, written into the initial array by one strided ``scatter``
-  (distinct positions, so the order of the writes does not matter). An iteration may write
+  (distinct positions, so the order of the writes does not matter); additions at rows from a
+  table (``f[conn[e, 0]] += t``) are one :func:`tapejit.ops_table.add_at`, in the iterations'
+  order. An iteration may write
   several positions (``r[i, 0] = a; r[i, 1] = b``: the earlier writes are ``write`` nodes of
   the template, their positions affine like the root's): one ``ys`` and one strided write per
   stage, when all the positions written are distinct — or, with :data:`REDUCE`, when every

@@ -96,7 +96,7 @@ class _Leaves:
                 if sr is None or sn is None or sr[0] != sn[0]:
                     raise _NoMatch
                 seq = self.reads.get(id(R)) or [sr[1]]
-                if _advance(self.moving.get(id(R)), seq[0], sn[1], len(seq), sr[0]) is None:
+                if _advance(self.moving.get(id(R)), seq[0], sn[1], len(seq), _rows(R)) is None:
                     raise _NoMatch  # (of a commutative op's operands, the other pairing)
                 kind[id(R)], ints[id(R)] = "read", sn[1]
                 return
@@ -160,8 +160,7 @@ class _Leaves:
         moving = {}
         for k in ints:
             seq = self.reads[k]
-            how = _advance(self.moving.get(k), seq[0], seq[-1], len(seq) - 1,
-                           _split_items(self.nodes[k].attrs)[0])  # fmt: skip
+            how = _advance(self.moving.get(k), seq[0], seq[-1], len(seq) - 1, _rows(self.nodes[k]))
             if how is None:
                 break
             moving[k] = how
@@ -179,6 +178,12 @@ class _Leaves:
         amount: a strided slice) or ``"rows"`` (through a table, ``take``); see
         :func:`_advance`."""
         return self.moving[key]
+
+
+def _rows(R: Node) -> tuple:
+    """The index pattern of element read ``R`` (``_split_items``) as :func:`_advance` takes it:
+    empty — no rows through a table — for an array ``take`` cannot read (a bool mask)."""
+    return _split_items(R.attrs)[0] if R.args[0].dtype == "f64" else ()
 
 
 def _advance(how, first: tuple, ints: tuple, m: int, pattern: tuple):
