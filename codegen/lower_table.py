@@ -1,4 +1,5 @@
-"""Lowering of the table-indexed primitives ``take`` and ``add_at`` (:mod:`tapejit.ops_table`):
+"""Lowering of the table-indexed primitives ``take``, ``add_at`` and ``put``
+(:mod:`tapejit.ops_table`):
 a loop over the table, each position converted from its f64 value to an element offset.
 Part of :mod:`tapejit.codegen.lower` (its ``LOWER`` table's ``"index"`` row dispatches here).
 
@@ -56,4 +57,20 @@ def lower_add_at(L: Lowering, n: Node) -> None:
             b.store(b.fadd(b.load(p), u), p)
 
 
-TABLE_OPS = {Op.TAKE: lower_take, Op.ADD_AT: lower_add_at}
+def lower_put(L: Lowering, n: Node) -> None:
+    """``out = acc`` (copied unless it shares the buffer), then ``out[idx[t], ...] = upd[t,
+    ...]`` (distinct positions: any order)."""
+    acc, idx, upd = n.args
+    if L.location(n) != L.location(acc):
+        L.copy_into(L.ptr(n), acc)
+    width = math.prod(acc.shape[1:])
+    b = L.b
+    base = L.ptr(n)
+    with L.loop(idx.shape[0]) as t:
+        at = _row(L, idx, t, width)
+        src = b.mul(t, I64(width), flags=("nsw",)) if width != 1 else t
+        with L.loop(width) as r:
+            L.store_to(base, b.add(at, r, flags=("nsw",)), L.load(upd, b.add(src, r, flags=("nsw",))), n.dtype)
+
+
+TABLE_OPS = {Op.TAKE: lower_take, Op.ADD_AT: lower_add_at, Op.PUT: lower_put}

@@ -123,6 +123,7 @@ class Op(enum.StrEnum):
     SCATTER = "scatter"
     TAKE = "take"
     ADD_AT = "add_at"
+    PUT = "put"
     # linear algebra
     MATMUL = "matmul"
     EIGH = "eigh"
@@ -1485,6 +1486,10 @@ from .ops_table import (  # noqa: E402  (the rules build on the builders above)
     _add_at_ref,
     _add_at_type,
     _add_at_vjp,
+    _put_jvp,
+    _put_ref,
+    _put_type,
+    _put_vjp,
     _take_jvp,
     _take_ref,
     _take_type,
@@ -1495,6 +1500,8 @@ from .ops_table import (  # noqa: E402  (the rules build on the builders above)
 # add_at(acc, idx, upd): acc with row upd[t] added at row idx[t], t in order (tapejit/ops_table.py)
 defop(Op.TAKE, "index", 2, _take_type, _take_ref, _take_vjp, jvp=_take_jvp)
 defop(Op.ADD_AT, "index", 3, _add_at_type, _add_at_ref, _add_at_vjp, jvp=_add_at_jvp)
+# put(acc, idx, upd): acc with rows idx[t] replaced by upd[t], the positions distinct
+defop(Op.PUT, "index", 3, _put_type, _put_ref, _put_vjp, jvp=_put_jvp)
 
 # -- linear algebra, control, leaves
 defop(Op.MATMUL, "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),

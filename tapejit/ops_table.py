@@ -7,13 +7,17 @@ derivative rules, written with the ops builders like every other rule.
 * ``add_at(acc, idx, upd)``: ``acc`` with row ``upd[t]`` added to row ``idx[t]``, in the order
   ``t = 0, 1, ...`` (a position repeated accumulates) — ``numpy.add.at(acc, idx, upd)`` on a
   copy; shape of ``acc``.
+* ``put(acc, idx, upd)``: ``acc`` with row ``idx[t]`` replaced by ``upd[t]`` — ``acc[idx] =
+  upd`` on a copy, for a table of *distinct* positions (so the order of the writes does not
+  matter); shape of ``acc``.
 
 The table is an f64 array of whole numbers in ``[0, n)`` — a constant input (a table the
 re-rolling pass builds from the positions a trace read, or a numpy index array the function
 captured): whoever builds the node vouches for its values (:func:`table_of` checks them), and
 generated code reads it without a bounds check. The derivative rules are the adjoint pair: the
 cotangent of ``take`` is an ``add_at`` of it into zeros, the cotangent of ``add_at``'s update a
-``take`` of it; ``idx`` gets none.
+``take`` of it; ``put`` passes the cotangent of the rows it keeps to ``acc`` (zeros ``put``
+where it writes) and those of the rows it writes to ``upd`` (a ``take``); ``idx`` gets none.
 """
 
 from __future__ import annotations
@@ -32,6 +36,11 @@ def take(x: Node, idx: Node) -> Node:
 def add_at(acc: Node, idx: Node, upd: Node) -> Node:
     """``acc`` with ``upd[t]`` added to row ``idx[t]`` for ``t = 0, 1, ...`` in order."""
     return make(Op.ADD_AT, acc, idx, upd)
+
+
+def put(acc: Node, idx: Node, upd: Node) -> Node:
+    """``acc`` with row ``idx[t]`` replaced by ``upd[t]``; the positions must be distinct."""
+    return make(Op.PUT, acc, idx, upd)
 
 
 def table_of(positions, n: int) -> np.ndarray:
@@ -74,6 +83,38 @@ def _add_at_type(types, attrs) -> Type:
             "must be one row of the array per position"
         )
     return acc
+
+
+def _put_type(types, attrs) -> Type:
+    acc, idx, upd = types
+    if acc.dtype != upd.dtype or idx.dtype != "f64":
+        raise TypeError(f"put needs an update of the array's dtype {acc.dtype} and an f64 table")
+    if acc.shape == () or len(idx.shape) != 1 or upd.shape != (idx.shape[0], *acc.shape[1:]):
+        raise ValueError(
+            f"put of updates {upd.shape} at a table {idx.shape} into {acc.shape}: the updates "
+            "must be one row of the array per position"
+        )
+    return acc
+
+
+def _put_ref(attrs, acc, idx, upd):
+    out = np.array(acc, copy=True)
+    rows = _positions(idx, out.shape[0])
+    if len(np.unique(rows)) != len(rows):
+        raise ValueError("put needs distinct positions")
+    out[rows] = upd
+    return out
+
+
+def _put_vjp(g, out, acc, idx, upd):
+    return put(g, idx, const(0.0, upd.shape)), None, take(g, idx)
+
+
+def _put_jvp(t, out, acc, idx, upd):
+    ta, _, tu = t
+    if ta is None and tu is None:
+        return None
+    return put(_or_zero(ta, acc), idx, _or_zero(tu, upd))
 
 
 def _take_ref(attrs, x, idx):

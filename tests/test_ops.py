@@ -202,6 +202,16 @@ def _cases(op) -> list[Case]:
             ),
             Case(op, [(6,), (4,)], lambda a, u: ops.make(op, a, _table([5, 5, 0, 3]), u), "[elements]"),
         ]
+    if op == "put":  # rows replaced at a table of distinct positions
+        return [
+            Case(
+                op,
+                [(5, 3), (3, 3)],
+                lambda a, u: ops.make(op, ops.elementwise("sin", a), _table([4, 0, 2]), u),
+                "[rows]",
+            ),
+            Case(op, [(6,), (4,)], lambda a, u: ops.make(op, a, _table([5, 1, 0, 3]), u), "[elements]"),
+        ]
     if op == "matmul":
         return [
             Case(op, [(3, 4), (4, 2)], lambda a, b: ops.matmul(a, b)),

@@ -145,3 +145,71 @@ def test_sums_that_are_not_grouped():
 
     stats, r, _ = check(partial_sums_kept, x)
     assert stats["loops"] == 0  # every partial sum is an output: nothing to group
+
+
+def test_filling_an_array_by_branches():
+    """Writes y[e] = ... whose update depends on a branch: grouped by shape, each group written
+    at a table of its (distinct) positions with put — the same array, bit for bit."""
+    n = 150
+    yld = RNG.uniform(0.2, 0.4, n)
+
+    def law(strain):
+        stress = strain.copy()  # not zeros: the elements no write reaches keep their values
+        for e in range(5, n):
+            if strain[e] < yld[e]:
+                stress[e] = 200.0 * strain[e]
+            else:
+                stress[e] = 200.0 * yld[e] + 10.0 * (strain[e] - yld[e])
+        return np.sum(stress * np.cos(strain))
+
+    x = RNG.uniform(0, 0.6, n)
+    stats, r, grad = check(law, x)
+    assert stats["guards"] == n - 5 and stats["iterations"] >= n - 6
+    assert sum(nd.op == Op.PUT for nd in r.nodes) == 2
+    g = tracing.trace(law, [x], [0])
+    exact = interpret.evaluate(g, [x])[0]
+    assert interpret.evaluate(r, [x])[0] == exact  # the same array: the same sum, bit for bit
+
+    def rows(p):  # a 2-D array, one column written per element
+        out = np.zeros_like(p)
+        for e in range(len(p)):
+            if p[e, 0] > 0.5:
+                out[e, 1] = p[e, 0] * p[e, 1]
+            else:
+                out[e, 1] = -p[e, 1]
+        return np.sum(out**2)
+
+    stats, r, _ = check(rows, RNG.uniform(0, 1, (80, 2)))
+    assert stats["iterations"] >= 79
+
+
+def test_additions_by_branches_at_repeated_positions():
+    conn = RNG.integers(0, 30, (200, 2))
+
+    def assemble(x):
+        f = np.zeros_like(x)
+        for e in range(len(conn)):
+            a, b = conn[e]
+            d = x[b] - x[a]
+            if d > 0:
+                f[a] += d * d
+            else:
+                f[a] += 0.5 * d
+        return np.sum(f * f)
+
+    stats, r, _ = check(assemble, RNG.uniform(0, 1, 30))
+    assert sum(nd.op == Op.ADD_AT for nd in r.nodes) >= 1
+
+
+def test_writes_that_read_the_array_are_not_grouped():
+    def smooth(x):
+        y = x.copy()
+        for i in range(1, len(x)):
+            if x[i] > 0.5:
+                y[i] = 0.5 * y[i - 1] + x[i]  # reads what an earlier write stored
+            else:
+                y[i] = y[i - 1] - x[i]
+        return np.sum(y * y)
+
+    stats, r, _ = check(smooth, RNG.uniform(0, 1, 60))
+    assert not any(nd.op == Op.PUT for nd in r.nodes)

@@ -126,7 +126,7 @@ from ..ir import Graph, Node, Type, substitute
 from ..ops import Op
 from ..progress import log
 from .reroll_guards import roll_guards
-from .reroll_sums import partition_sum
+from .reroll_sums import partition_sum, partition_writes
 from .reroll_match import (  # noqa: F401  (MIN_RUN, MIN_SHORT_RUN: the documented thresholds)
     MIN_RUN,
     MIN_SHORT_RUN,
@@ -673,12 +673,11 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
     diff = _Differentiable(g)
     mapping: dict[int, Node] = {}
     users: dict[int, int] = {}  # readers of each node (sums grouped by shape: reroll_sums)
-    if REDUCE:
-        for n in g.nodes:
-            for a in n.args:
-                users[id(a)] = users.get(id(a), 0) + 1
-        for o in (*g.outputs, *(c for c, _, _ in g.guards)):
-            users[id(o)] = users.get(id(o), 0) + 1
+    for n in g.nodes:
+        for a in n.args:
+            users[id(a)] = users.get(id(a), 0) + 1
+    for o in (*g.outputs, *(c for c, _, _ in g.guards)):
+        users[id(o)] = users.get(id(o), 0) + 1
 
     number = 0
     known: set = set()  # signatures of the templates of long runs (reroll_match.MIN_SHORT_RUN)
@@ -708,13 +707,17 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
             if best[0] >= hi - lo - 2 * period:
                 break
         _, sub, runs = best
-        if REDUCE and best[0] < len(chain) - MIN_RUN:  # runs leave much unrolled: by shape?
-            grouped = partition_sum(chain, users, table)
-            if grouped is not None and grouped[1] > best[0]:
-                mapping[id(chain[-1])] = grouped[0]
+        if best[0] < len(chain) - MIN_RUN:  # runs leave much unrolled: by shape?
+            if any(n.op in (Op.SCATTER, Op.SCATTER_ADD) for n in chain[-3:]):
+                grouped = partition_writes(chain, users, table, REDUCE)
+            else:
+                grouped = partition_sum(chain, users, table) if REDUCE else None
+            if grouped is not None and grouped[2] > best[0]:
+                old, new, count = grouped
+                mapping[id(old)] = new
                 stats["loops"] += 1
-                stats["reductions"] += 1
-                stats["iterations"] += grouped[1]
+                stats["reductions"] += old.op not in (Op.SCATTER, Op.SCATTER_ADD)
+                stats["iterations"] += count
                 continue
         for run in runs:
             made = len(tables)

@@ -1,4 +1,5 @@
-"""Re-rolling a sum whose iterations take different branches: terms grouped by their shape.
+"""Re-rolling a sum (or an array fill) whose iterations take different branches: terms (writes)
+grouped by their shape.
 
 A sum ``e = e + term`` over a Python loop whose body branches on the data —
 ``e = e + max(x[i], 0.0) ** 2``, a pair potential with a cutoff (``if r2 < rc2: e = e +
@@ -17,13 +18,19 @@ iteration's branch.
 Only for a chain whose intermediate sums nothing else reads and whose terms do not read the
 sum (every term is independent of the order of the additions); otherwise, or when grouping
 rolls fewer terms than runs would, the chain is left to the runs.
+
+An array filled element by element by branches (``stress[e] = E * strain[e]`` or ``= ...``
+after a yield test) is grouped the same way by :func:`partition_writes`: each group's updates
+one vector written at a table of its positions (``put``, exact: the positions are distinct, so
+the order of the writes does not matter; additions ``f[a] += t``: ``add_at``, reassociated
+where a position repeats).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
-from .. import ir, ops
+from .. import ir, ops, ops_table
 from ..ir import Node, Type
 from ..ops import Op
 from .reroll_guards import _bits, _Leaves, _vectorised
@@ -35,13 +42,23 @@ MIN_GROUP = MIN_RUN
 MAX_GROUPS = 8
 
 
+def _upto(chain: list[Node], ops_: tuple) -> list[Node]:
+    """``chain`` up to its last node of one of ``ops_`` (what follows uses the loop's result:
+    ``np.sum(y * w)`` after filling ``y``)."""
+    end = len(chain)
+    while end > 0 and chain[end - 1].op not in ops_:
+        end -= 1
+    return chain[:end]
+
+
 def terms_of(chain: list[Node], users: dict[int, int]) -> tuple[int, list] | None:
     """``(s, [(sign, term)])``: the longest tail ``chain[s + 1:]`` that adds terms to
     ``chain[s]`` (each node ``chain[k-1] + t``, ``t + chain[k-1]`` or ``chain[k-1] - t``, every
     sum but the last read by the next alone: ``users`` counts the nodes, outputs and guards
     reading each node; a chain may begin inside the first iteration's term), or ``None`` when
     there is none or a term reads the sum."""
-    if chain[-1].type != Type(()) or chain[-1].dtype != "f64":
+    chain = _upto(chain, (Op.ADD, Op.SUB))
+    if len(chain) < 2 or chain[-1].type != Type(()) or chain[-1].dtype != "f64":
         return None
     out: list[tuple[int, Node]] = []
     k = len(chain) - 1
@@ -72,10 +89,12 @@ def terms_of(chain: list[Node], users: dict[int, int]) -> tuple[int, list] | Non
 
 def partition_sum(
     chain: list[Node], users: dict[int, int], table: Callable[[tuple], Node]
-) -> tuple[Node, int] | None:
-    """The node that replaces ``chain[-1]`` — ``chain[0]`` plus each group's vector sum, then
-    the other terms — and the number of terms summed as vectors; ``None`` when no group has
-    :data:`MIN_GROUP` terms (see the module docstring)."""
+) -> tuple[Node, Node, int] | None:
+    """The last sum of ``chain`` (what uses the loop's result may follow it), the node that
+    replaces it — the first sum plus each group's vector sum, then the other terms — and the
+    number of terms summed as vectors; ``None`` when no group has :data:`MIN_GROUP` terms (see
+    the module docstring)."""
+    chain = _upto(chain, (Op.ADD, Op.SUB))
     got = terms_of(chain, users)
     if got is None:
         return None
@@ -115,4 +134,99 @@ def partition_sum(
     for k, (sign, t) in enumerate(terms):
         if k not in done:
             total = ops.add(total, t) if sign > 0 else ops.sub(total, t)
-    return total, rolled
+    return chain[-1], total, rolled
+
+
+def writes_of(chain: list[Node], users: dict[int, int]) -> tuple[int, list[tuple[int, Node]]] | None:
+    """``(s, [(flat position, update)])``: the longest tail ``chain[s + 1:]`` of element writes
+    (one op, ``scatter`` or ``scatter_add``, of a scalar at an element of the array) into
+    ``chain[s]``, every array but the last read by the next write alone, no update reading the
+    written arrays; ``None`` when there is none."""
+    chain = _upto(chain, (Op.SCATTER, Op.SCATTER_ADD))
+    if len(chain) < 2:
+        return None
+    last = chain[-1]
+    if last.dtype != "f64":
+        return None
+    strides = [1] * last.ndim
+    for a in range(last.ndim - 2, -1, -1):
+        strides[a] = strides[a + 1] * last.shape[a + 1]
+    out: list[tuple[int, Node]] = []
+    k = len(chain) - 1
+    while k > 0:
+        c, prev = chain[k], chain[k - 1]
+        if c.op != last.op or c.args[0] is not prev or c.args[1].shape != ():
+            break
+        if k < len(chain) - 1 and users.get(id(c), 0) != 1:
+            break
+        items = c.attrs
+        if len(items) != c.ndim or any(type(i) is not int for i in items):
+            break
+        out.append((sum(i * st for i, st in zip(items, strides)), c.args[1]))
+        k -= 1
+    if not out:
+        return None
+    out.reverse()
+    ids = {id(n) for n in chain[k:]}
+    memo: dict[int, tuple] = {}
+    decide = lambda m: True if id(m) in ids else None  # noqa: E731
+    if any(ir.depends(v, decide, memo) for _, v in out):
+        return None
+    return k, out
+
+
+def partition_writes(
+    chain: list[Node], users: dict[int, int], table: Callable[[tuple], Node], reassociate: bool
+) -> tuple[Node, Node, int] | None:
+    """A chain of element writes ``y[p_k] = v_k`` (``+= v_k``) whose updates come in a few
+    shapes (the branches of a loop that fills an array), grouped by shape like
+    :func:`partition_sum`'s terms: each group of at least :data:`MIN_GROUP` one vector of
+    updates written at a table of positions (``put``; ``add_at`` for additions), the other
+    writes after them in their order. Writes that overwrite must be at distinct positions (the
+    order of the writes then does not matter: the same array); additions at a repeated
+    position need ``reassociate`` (each element's sum in another order). Returns the last
+    write of ``chain``, the node replacing it and the writes grouped, or ``None``."""
+    chain = _upto(chain, (Op.SCATTER, Op.SCATTER_ADD))
+    got = writes_of(chain, users)
+    if got is None:
+        return None
+    start, writes = got
+    positions = [p for p, _ in writes]
+    if len(set(positions)) != len(positions) and (chain[-1].op == Op.SCATTER or not reassociate):
+        return None
+    groups: list[tuple[_Leaves, list[int]]] = []
+    for k, (_, v) in enumerate(writes):
+        for lv, members in groups:
+            m = lv.match(v)
+            if m is not None and lv.commit(m, len(members)):
+                members.append(k)
+                break
+        else:
+            if len(groups) < MAX_GROUPS:
+                groups.append((_Leaves(v), [k]))
+    base = chain[start]
+    flat = ops.reshape(base, (base.type.size,))
+    put_op = ops_table.put if chain[-1].op == Op.SCATTER else ops_table.add_at
+    rolled, done = 0, set()
+    for lv, members in groups:
+        T = len(members)
+        if T < MIN_GROUP:
+            continue
+        for key, seq in list(lv.tables.items()):
+            if len({_bits(v) for v in seq}) == 1:
+                del lv.tables[key]
+                lv.same.add(key)
+        vec = _vectorised(lv.ref, lv, T, table)
+        if vec.dtype != "f64":
+            continue
+        at = table(tuple(float(positions[k]) for k in members))
+        flat = put_op(flat, at, vec)
+        rolled += T
+        done.update(members)
+    if not rolled:
+        return None
+    acc = ops.reshape(flat, base.shape)
+    for k, ((_, v), c) in enumerate(zip(writes, chain[start + 1 :])):
+        if k not in done:
+            acc = ops.make(c.op, acc, v, attrs=c.attrs)
+    return chain[-1], acc, rolled
