@@ -133,3 +133,20 @@ def test_out_of_bounds_index_array_is_numpys_error():
 
     with pytest.raises((IndexError, tj.TracingError), match="index 20 is out of bounds"):
         tj.compile(f, x, cache=False)
+
+
+def test_put_replaces_rows_at_distinct_positions():
+    from tapejit.ops_table import put
+
+    a_in = ops.input_node(0, "a", Type((6, 2)))
+    t_in = ops.input_node(1, "t", Type((3,)))
+    u_in = ops.input_node(2, "u", Type((3, 2)))
+    g = Graph("g", (a_in, t_in, u_in), ("active", "const", "active"), (put(a_in, t_in, u_in),),
+              bindings={1: np.array([5.0, 0.0, 2.0])})  # fmt: skip
+    a, u = RNG.normal(size=(6, 2)), RNG.normal(size=(3, 2))
+    want = a.copy()
+    want[[5, 0, 2]] = u
+    np.testing.assert_array_equal(interpret.evaluate(g, [a, u])[0], want)
+    bad = g.replace(bindings={1: np.array([5.0, 0.0, 5.0])})
+    with pytest.raises(ValueError, match="distinct positions"):
+        interpret.evaluate(bad, [a, u])
