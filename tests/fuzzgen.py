@@ -256,15 +256,42 @@ def _statement(data, prog: Program) -> None:
         name = f"v{prog.k}"
         prog.k += 1
         cut = data.draw(st.sampled_from(["-5.0", "0.0", "0.3"]))
-        prog.lines.append(f"    {name} = 0.0")
-        prog.lines.append(f"    for i in range(len({a})):")
-        if data.draw(st.booleans()):
-            prog.lines.append(f"        {name} = {name} + max({a}[i], {cut}) ** 2")
+        form = data.draw(st.sampled_from(["max", "if", "fill", "table", "assemble"]))
+        n = sa[0]
+        # positions from a literal table (a mesh's connectivity, a neighbour list): rows that
+        # move other than by a step, read through a table (take) and added with add_at
+        table = data.draw(st.lists(st.integers(0, n - 1), min_size=n, max_size=n))
+        lines = prog.lines
+        if form == "fill":  # an array filled by branches (put, grouped by shape)
+            lines.append(f"    {name}_y = np.zeros_like({a})")
+            lines.append(f"    for i in range(len({a})):")
+            lines.append(f"        if {a}[i] > {cut}:")
+            lines.append(f"            {name}_y[i] = {a}[i] * {a}[i]")
+            lines.append("        else:")
+            lines.append(f"            {name}_y[i] = np.cos({a}[i])")
+            lines.append(f"    {name} = np.sum({name}_y * {a})")
+        elif form == "assemble":  # additions at rows from a table, by branch
+            lines.append(f"    {name}_t = {table}")
+            lines.append(f"    {name}_f = np.zeros_like({a})")
+            lines.append(f"    for i in range(len({a})):")
+            lines.append(f"        if {a}[i] > {cut}:")
+            lines.append(f"            {name}_f[{name}_t[i]] += np.sin({a}[i])")
+            lines.append("        else:")
+            lines.append(f"            {name}_f[{name}_t[i]] -= {a}[i] * 0.5")
+            lines.append(f"    {name} = np.sum({name}_f * {name}_f)")
         else:
-            prog.lines.append(f"        if {a}[i] > {cut}:")
-            prog.lines.append(f"            {name} = {name} + np.sin({a}[i])")
-            prog.lines.append("        else:")
-            prog.lines.append(f"            {name} = {name} - {a}[i] * 0.5")
+            lines.append(f"    {name} = 0.0")
+            if form == "table":
+                lines.append(f"    {name}_t = {table}")
+            lines.append(f"    for i in range(len({a})):")
+            at = f"{name}_t[i]" if form == "table" else "i"
+            if form == "max":
+                lines.append(f"        {name} = {name} + max({a}[{at}], {cut}) ** 2")
+            else:
+                lines.append(f"        if {a}[{at}] > {cut}:")
+                lines.append(f"            {name} = {name} + np.sin({a}[{at}]) * {a}[i]")
+                lines.append("        else:")
+                lines.append(f"            {name} = {name} - {a}[{at}] * 0.5")
         prog.shapes[name] = ()
         prog.features.add("pyguard")
     elif kind == "capture":
