@@ -75,9 +75,10 @@ the iterations then no longer touch a guard's nodes and re-roll as any other.
   bits);
 * carry mode (any other chain, e.g. ``p = p * f``, ``h = tanh(W h + x[i])``, ``y[0] += v``, and
   sums with ``REDUCE = False``): a sequential loop over ``T`` iterations carrying ``c`` — the
-  same operations in the same order as the unrolled code, so the same values (the
-  cotangents of rows read through a table, where a row repeats, are summed in another order
-  than the unrolled reverse pass sums them: the last bits of such gradients may differ);
+  same operations in the same order as the unrolled code, so the same values (gradients: the
+  cotangents an input gets from several reads — rows read through a table where a row
+  repeats, an input read both in and after the loop — may be summed in another order than
+  the unrolled reverse pass sums them, so their last bits may differ);
 * map mode (a ``scatter``/``scatter_add`` chain writing ``y[a + b*k]``, ``b != 0``, whose update
   does not read the carry except at the written position): a loop with no carry returning the
   updates as stacked ``ys``, written into the initial array by one strided ``scatter``
