@@ -64,6 +64,7 @@ class _Leaves:
         self.same: set[int] = set()
         self.inner: set[int] = set()
         self.moving: dict[int, object] = {}  # read id -> how it moves so far (_advance)
+        self.patterns: dict[int, tuple] = {}  # read id -> (_split_items, _rows) of it
 
     def match(self, N: Node) -> dict | None:
         """How condition ``N`` pairs with the reference — its element reads' integers and its
@@ -72,10 +73,16 @@ class _Leaves:
         kind: dict[int, str] = {}
         ints: dict[int, tuple[int, ...]] = {}
         values: dict[int, float] = {}
+        log: list[int] = []  # reference ids paired, in order (undone on a failed pairing)
         budget = [MAX_COND]
+        patterns = self.patterns
+        reads, moving = self.reads, self.moving
+        elementwise, commutative = ops.ELEMENTWISE, ir.commutative
+        CONST, INDEX = Op.CONST, Op.INDEX
 
         def pair(R: Node, N: Node) -> None:
-            got = env.get(id(R))
+            key = id(R)
+            got = env.get(key)
             if got is not None:
                 if got is not N:
                     raise _NoMatch
@@ -83,46 +90,53 @@ class _Leaves:
             budget[0] -= 1
             if budget[0] < 0 or R.type != N.type or R.shape != ():
                 raise _NoMatch
-            env[id(R)] = N
-            self.nodes[id(R)] = R
-            if R.op == Op.CONST and R.dtype == "f64":  # a number: the same, or a table
-                if N.op != Op.CONST:
+            env[key] = N
+            log.append(key)
+            self.nodes[key] = R
+            if R.op == CONST and R.dtype == "f64":  # a number: the same, or a table
+                if N.op != CONST:
                     raise _NoMatch
-                kind[id(R)], values[id(R)] = "table", N.attrs[0]
+                kind[key], values[key] = "table", N.attrs[0]
                 return
-            if R.op == Op.INDEX and N.op == Op.INDEX and N.args[0] is R.args[0] and R.shape == ():
+            if R.op == INDEX and N.op == INDEX and N.args[0] is R.args[0]:
                 # an element read, even of the same element: later ones may read others
-                sr, sn = _split_items(R.attrs), _split_items(N.attrs)
-                if sr is None or sn is None or sr[0] != sn[0]:
+                sr = patterns.get(key)
+                if sr is None:
+                    sr = patterns[key] = (_split_items(R.attrs), _rows(R))
+                sn = _split_items(N.attrs)
+                if sr[0] is None or sn is None or sr[0][0] != sn[0]:
                     raise _NoMatch
-                seq = self.reads.get(id(R)) or [sr[1]]
-                if _advance(self.moving.get(id(R)), seq[0], sn[1], len(seq), _rows(R)) is None:
+                seq = reads.get(key) or [sr[0][1]]
+                if _advance(moving.get(key), seq[0], sn[1], len(seq), sr[1]) is None:
                     raise _NoMatch  # (of a commutative op's operands, the other pairing)
-                kind[id(R)], ints[id(R)] = "read", sn[1]
+                kind[key], ints[key] = "read", sn[1]
                 return
             if N is R:
-                kind[id(R)] = "same"
+                kind[key] = "same"
                 return
             if (
                 R.op != N.op
-                or R.op not in ops.ELEMENTWISE
+                or R.op not in elementwise
                 or R.attrs != N.attrs
                 or len(R.args) != len(N.args)
             ):
                 raise _NoMatch
-            kind[id(R)] = "inner"
+            kind[key] = "inner"
             ra, na = R.args, N.args
-            if len(ra) == 2 and R.op in ir.commutative and ra[0] is not ra[1]:
-                saved = dict(env), dict(kind), dict(ints), dict(values), budget[0]
+            if len(ra) == 2 and R.op in commutative and ra[0] is not ra[1]:
+                mark, left = len(log), budget[0]
                 try:
                     pair(ra[0], na[0])
                     pair(ra[1], na[1])
                     return
                 except _NoMatch:
-                    for d, old in zip((env, kind, ints, values), saved):
-                        d.clear()
-                        d.update(old)
-                    budget[0] = saved[4]
+                    while len(log) > mark:  # forget the pairs of the failed order
+                        k = log.pop()
+                        env.pop(k, None)
+                        kind.pop(k, None)
+                        ints.pop(k, None)
+                        values.pop(k, None)
+                    budget[0] = left
                 pair(ra[0], na[1])
                 pair(ra[1], na[0])
                 return
