@@ -881,24 +881,24 @@ def _evaluate(node: Node) -> Any:
     if hit is not None:
         return hit[1]
     stack = [node]
-    while stack:
-        n = stack[-1]
-        if id(n) in _values:
+    with np.errstate(all="ignore"):  # once per call: a trace may evaluate thousands of nodes
+        while stack:
+            n = stack[-1]
+            if id(n) in _values:
+                stack.pop()
+                continue
+            todo = [a for a in n.args if id(a) not in _values]
+            if todo:
+                stack.extend(todo)
+                continue
             stack.pop()
-            continue
-        todo = [a for a in n.args if id(a) not in _values]
-        if todo:
-            stack.extend(todo)
-            continue
-        stack.pop()
-        if n.op == Op.CONST:
-            value = np.full(n.shape, n.attrs[0], dtype=ir.NUMPY_DTYPE[n.dtype])
-        elif n.op == Op.INPUT:
-            raise TracingError(f"internal: value of input {n.attrs} missing")
-        else:
-            with np.errstate(all="ignore"):
+            if n.op == Op.CONST:
+                value = np.full(n.shape, n.attrs[0], dtype=ir.NUMPY_DTYPE[n.dtype])
+            elif n.op == Op.INPUT:
+                raise TracingError(f"internal: value of input {n.attrs} missing")
+            else:
                 value = ops.OPS[n.op].ref(n.attrs, *(_value(a) for a in n.args))
-        _values[id(n)] = (n, value)
+            _values[id(n)] = (n, value)
     return _value(node)
 
 
