@@ -42,24 +42,16 @@ def lower_take(L: Lowering, n: Node) -> None:
 def lower_add_at(L: Lowering, n: Node) -> None:
     """``out = acc`` (copied unless it shares the buffer), then ``out[idx[t], ...] += upd[t,
     ...]`` for t = 0, 1, ... in order (a repeated position accumulates, as ``np.add.at``)."""
-    acc, idx, upd = n.args
-    if L.location(n) != L.location(acc):
-        L.copy_into(L.ptr(n), acc)
-    width = math.prod(acc.shape[1:])
-    b = L.b
-    base = L.ptr(n)
-    with L.loop(idx.shape[0]) as t:
-        at = _row(L, idx, t, width)
-        src = b.mul(t, I64(width), flags=("nsw",)) if width != 1 else t
-        with L.loop(width) as r:
-            p = b.gep(base, [b.add(at, r, flags=("nsw",))], inbounds=True)
-            u = L.load(upd, b.add(src, r, flags=("nsw",)))
-            b.store(b.fadd(b.load(p), u), p)
+    _lower_rows_into(L, n, add=True)
 
 
 def lower_put(L: Lowering, n: Node) -> None:
     """``out = acc`` (copied unless it shares the buffer), then ``out[idx[t], ...] = upd[t,
     ...]`` (distinct positions: any order)."""
+    _lower_rows_into(L, n, add=False)
+
+
+def _lower_rows_into(L: Lowering, n: Node, add: bool) -> None:
     acc, idx, upd = n.args
     if L.location(n) != L.location(acc):
         L.copy_into(L.ptr(n), acc)
@@ -70,7 +62,13 @@ def lower_put(L: Lowering, n: Node) -> None:
         at = _row(L, idx, t, width)
         src = b.mul(t, I64(width), flags=("nsw",)) if width != 1 else t
         with L.loop(width) as r:
-            L.store_to(base, b.add(at, r, flags=("nsw",)), L.load(upd, b.add(src, r, flags=("nsw",))), n.dtype)
+            u = L.load(upd, b.add(src, r, flags=("nsw",)))
+            dst = b.add(at, r, flags=("nsw",))
+            if add:
+                p = b.gep(base, [dst], inbounds=True)
+                b.store(b.fadd(b.load(p), u), p)
+            else:
+                L.store_to(base, dst, u, n.dtype)
 
 
 TABLE_OPS = {Op.TAKE: lower_take, Op.ADD_AT: lower_add_at, Op.PUT: lower_put}

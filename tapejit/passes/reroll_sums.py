@@ -79,12 +79,50 @@ def terms_of(chain: list[Node], users: dict[int, int]) -> tuple[int, list] | Non
     if not out:
         return None
     out.reverse()
-    ids = {id(n) for n in chain[k:]}
-    memo: dict[int, tuple] = {}
-    decide = lambda m: True if id(m) in ids else None  # noqa: E731
-    if any(ir.depends(t, decide, memo) for _, t in out):
+    if _reads_chain([t for _, t in out], chain[k:]):
         return None
     return k, out
+
+
+def _groups(items: list[tuple], table: Callable[[tuple], Node]) -> list[tuple[tuple, Node, list[int]]]:
+    """``items`` — ``(key, scalar node)`` — grouped by the node's shape (the same elementwise
+    expression of leaves that move alike: :class:`tapejit.passes.reroll_guards._Leaves`) within
+    each key, at most :data:`MAX_GROUPS` groups: ``(key, vector, members)`` for each group of at
+    least :data:`MIN_GROUP`, its nodes computed as one f64 vector (element ``m``: member
+    ``m``)."""
+    groups: list[tuple[tuple, _Leaves, list[int]]] = []
+    for k, (key, v) in enumerate(items):
+        if v.shape != ():
+            continue
+        for g_key, lv, members in groups:
+            if g_key == key:
+                got = lv.match(v)
+                if got is not None and lv.commit(got, len(members)):
+                    members.append(k)
+                    break
+        else:
+            if len(groups) < MAX_GROUPS:
+                groups.append((key, _Leaves(v), [k]))
+    out = []
+    for key, lv, members in groups:
+        if len(members) < MIN_GROUP:
+            continue
+        for leaf, seq in list(lv.tables.items()):
+            if len({_bits(v) for v in seq}) == 1:  # the same number in every member
+                del lv.tables[leaf]
+                lv.same.add(leaf)
+        vec = _vectorised(lv.ref, lv, len(members), table)
+        if vec.dtype == "f64":
+            out.append((key, vec, members))
+    return out
+
+
+def _reads_chain(values: list[Node], chain: list[Node]) -> bool:
+    """Whether any of ``values`` depends on a node of ``chain``."""
+    ids = {id(n) for n in chain}
+    memo: dict[int, tuple] = {}
+    decide = lambda m: True if id(m) in ids else None  # noqa: E731
+    return any(ir.depends(v, decide, memo) for v in values)
 
 
 def partition_sum(
@@ -99,35 +137,11 @@ def partition_sum(
     if got is None:
         return None
     start, terms = got
-    groups: list[tuple[int, _Leaves, list[int]]] = []  # (sign, leaves, term positions)
-    for k, (sign, t) in enumerate(terms):
-        if t.shape != ():
-            continue
-        for g_sign, lv, members in groups:
-            if g_sign != sign:
-                continue
-            got = lv.match(t)
-            if got is not None and lv.commit(got, len(members)):
-                members.append(k)
-                break
-        else:
-            if len(groups) < MAX_GROUPS:
-                groups.append((sign, _Leaves(t), [k]))
     total, rolled, done = chain[start], 0, set()
-    for sign, lv, members in groups:
-        T = len(members)
-        if T < MIN_GROUP:
-            continue
-        for key, seq in list(lv.tables.items()):
-            if len({_bits(v) for v in seq}) == 1:  # the same number in every term
-                del lv.tables[key]
-                lv.same.add(key)
-        vec = _vectorised(lv.ref, lv, T, table)
-        if vec.dtype != "f64":
-            continue
+    for sign, vec, members in _groups(terms, table):  # grouped by sign, then shape
         part = ops.reduce(Op.REDUCE_SUM, vec, (0,))
         total = ops.add(total, part) if sign > 0 else ops.sub(total, part)
-        rolled += T
+        rolled += len(members)
         done.update(members)
     if not rolled:
         return None
@@ -167,10 +181,7 @@ def writes_of(chain: list[Node], users: dict[int, int]) -> tuple[int, list[tuple
     if not out:
         return None
     out.reverse()
-    ids = {id(n) for n in chain[k:]}
-    memo: dict[int, tuple] = {}
-    decide = lambda m: True if id(m) in ids else None  # noqa: E731
-    if any(ir.depends(v, decide, memo) for _, v in out):
+    if _reads_chain([v for _, v in out], chain[k:]):
         return None
     return k, out
 
@@ -194,34 +205,14 @@ def partition_writes(
     positions = [p for p, _ in writes]
     if len(set(positions)) != len(positions) and (chain[-1].op == Op.SCATTER or not reassociate):
         return None
-    groups: list[tuple[_Leaves, list[int]]] = []
-    for k, (_, v) in enumerate(writes):
-        for lv, members in groups:
-            m = lv.match(v)
-            if m is not None and lv.commit(m, len(members)):
-                members.append(k)
-                break
-        else:
-            if len(groups) < MAX_GROUPS:
-                groups.append((_Leaves(v), [k]))
     base = chain[start]
     flat = ops.reshape(base, (base.type.size,))
     put_op = ops_table.put if chain[-1].op == Op.SCATTER else ops_table.add_at
     rolled, done = 0, set()
-    for lv, members in groups:
-        T = len(members)
-        if T < MIN_GROUP:
-            continue
-        for key, seq in list(lv.tables.items()):
-            if len({_bits(v) for v in seq}) == 1:
-                del lv.tables[key]
-                lv.same.add(key)
-        vec = _vectorised(lv.ref, lv, T, table)
-        if vec.dtype != "f64":
-            continue
+    for _, vec, members in _groups([(0, v) for _, v in writes], table):
         at = table(tuple(float(positions[k]) for k in members))
         flat = put_op(flat, at, vec)
-        rolled += T
+        rolled += len(members)
         done.update(members)
     if not rolled:
         return None
