@@ -15,7 +15,7 @@ import numpy as np
 from . import ops, ops_table
 from .np_common import _axis, _float_dtype, _like, _no_kwargs, _no_out, _t, _zeros
 from .ops import Op
-from .tracing import _UNSET, Tracer, _copy, _fail, _reduce, _reshape, _setitem, _transpose, _where
+from .tracing import _UNSET, Tracer, _build, _copy, _fail, _reduce, _reshape, _setitem, _transpose, _where
 
 
 def _expand_dims(a, axis):
@@ -428,8 +428,8 @@ def _take_rows(x: Tracer, items: list, arrays: list) -> Tracer | None:
     rest = tuple(items[1:])
     if k.size < TAKE_MIN or any(isinstance(r, np.ndarray) for r in rest):
         return None
-    table = _t(ops_table.table_of(k, x.shape[0]))
-    rows = Tracer(ops_table.take(x.node, table.node), _UNSET, max(x.level, table.level))
+    # (through _build: the table's captured value is then known where a guard evaluates)
+    rows = _build(ops_table.take, x, _t(ops_table.table_of(k, x.shape[0])))
     if rest:
         rows = rows[(slice(None), *rest)]
     return _reshape(rows, k.shape + rows.shape[1:])

@@ -150,3 +150,19 @@ def test_put_replaces_rows_at_distinct_positions():
     bad = g.replace(bindings={1: np.array([5.0, 0.0, 5.0])})
     with pytest.raises(ValueError, match="distinct positions"):
         interpret.evaluate(bad, [a, u])
+
+
+def test_a_branch_on_values_read_through_a_table():
+    """A guard evaluates the trace's values on the example: the table's own value must be
+    known there (fuzzer: 'value of input c0 missing')."""
+    idx = np.array([-2, 0, 0, -1, -2, 0, 0, -2, 1, -2])
+
+    def f(x):
+        v = x[idx]
+        if np.sum(v) > 0.3:
+            return np.sum(np.sin(v) * 2.0)
+        return np.sum(v * v - 1.0)
+
+    for x in (np.array([0.9, -0.2, 0.4]), np.array([-0.9, -0.2, -0.4])):
+        grad = tj.compile(f, x, cache=False)
+        fd_check(f, x, grad(x))
