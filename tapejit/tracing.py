@@ -238,28 +238,14 @@ class _Trace:
 
     def differentiable(self, n: Node) -> bool:
         """Whether ``n`` depends on a differentiated input of this trace (memoised)."""
-        memo = self.__dict__.setdefault("_memo_active", {})
-        todo = [n]
-        while todo:
-            m = todo[-1]
-            if id(m) in memo:
-                todo.pop()
-                continue
-            if m.op == Op.INPUT:
-                memo[id(m)] = (m, self.is_active_input(m))
-                todo.pop()
-                continue
-            if m.op in ops.NONDIFFERENTIABLE or m.op == Op.CONST:
-                memo[id(m)] = (m, False)
-                todo.pop()
-                continue
-            pending = [a for a in m.args if id(a) not in memo]
-            if pending:
-                todo.extend(pending)
-                continue
-            memo[id(m)] = (m, any(memo[id(a)][1] for a in m.args))
-            todo.pop()
-        return memo[id(n)][1]
+        return ir.depends(n, self._decide_active, self.__dict__.setdefault("_memo_active", {}))
+
+    def _decide_active(self, m: Node) -> bool | None:
+        if m.op == Op.INPUT:
+            return self.is_active_input(m)
+        if m.op in ops.NONDIFFERENTIABLE or m.op == Op.CONST:
+            return False
+        return None
 
     def is_active_input(self, n: Node) -> bool:
         k = n.attrs[0]
