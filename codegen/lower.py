@@ -1184,6 +1184,8 @@ def _lower_index(L: Lowering, n: Node) -> None:
         return _lower_shape(L, n)
     if n.op in TABLE_OPS:
         return TABLE_OPS[n.op](L, n)
+    if n.op in WINDOW_OPS:
+        return WINDOW_OPS[n.op](L, n)
     acc, upd = n.args
     if L.location(n) != L.location(acc):  # not in place: start from a copy of acc
         L.copy_into(L.ptr(n), acc)
@@ -1242,17 +1244,24 @@ def _lower_loop(L: Lowering, k) -> None:
     for n in k.body:
         if n.op in ops.REDUCE:
             accs[id(n)] = L.accumulator(0.0 if n.op == Op.REDUCE_SUM else -math.inf)
+    windows = [n for n in k.body if n.op == Op.WINDOW]
     space = L.space(k)
     size = L.size(space)
     hint = _interleave(k, size)
-    with L.nest(space) if gathers else L.loop(size, hint) as idx:
-        if gathers:
+    if windows:
+        nest = ragged_nest(L, windows[0].attrs, space, hint)
+    else:
+        nest = L.nest(space) if gathers else L.loop(size, hint)
+    with nest as idx:
+        if windows:
+            idx, row = idx
+        if gathers or windows:
             i = L.flat(idx, space) if idx else I64(0)
         else:
             i, idx = idx, None
         vals: dict[int, ir.Value] = {}
         for n in k.body:  # loads of operands in memory come first
-            if n in gathers or n.op in ops.SCALAR_SPREADS:
+            if n in gathers or n.op in ops.SCALAR_SPREADS or n.op == Op.WINDOW:
                 continue
             for a in n.args:
                 if (
@@ -1275,6 +1284,8 @@ def _lower_loop(L: Lowering, k) -> None:
             elif n in gathers:
                 base, offset, strides = L.gather_source(n)
                 v = L._load_elem(base, L.affine(idx, offset, strides), n.dtype)
+            elif n.op == Op.WINDOW:
+                v = L._load_elem(L.ptr(n.args[0]), window_element(L, n, row, idx[1:]), n.dtype)
             elif id(n) in accs:
                 acc = accs[id(n)]
                 x = val(n.args[0])
@@ -1388,6 +1399,7 @@ def _lower_loop_node(L: Lowering, n: Node) -> None:
 
 from .lower_linalg import _lower_linalg  # noqa: E402, I001  (it builds on Lowering above)
 from .lower_table import TABLE_OPS  # noqa: E402, I001  (it builds on Lowering above)
+from .lower_window import WINDOW_OPS, ragged_nest, window_element  # noqa: E402, I001
 
 LOWER: dict[str, Callable[[Lowering, Node], None]] = {
     "unary": _lower_elementwise,

@@ -124,6 +124,8 @@ class Op(enum.StrEnum):
     TAKE = "take"
     ADD_AT = "add_at"
     PUT = "put"
+    WINDOW = "window"
+    WINDOW_ADD = "window_add"
     # linear algebra
     MATMUL = "matmul"
     EIGH = "eigh"
@@ -1502,6 +1504,22 @@ defop(Op.TAKE, "index", 2, _take_type, _take_ref, _take_vjp, jvp=_take_jvp)
 defop(Op.ADD_AT, "index", 3, _add_at_type, _add_at_ref, _add_at_vjp, jvp=_add_at_jvp)
 # put(acc, idx, upd): acc with rows idx[t] replaced by upd[t], the positions distinct
 defop(Op.PUT, "index", 3, _put_type, _put_ref, _put_vjp, jvp=_put_jvp)
+from .ops_window import (  # noqa: E402  (the rules build on the builders above)
+    _window_add_jvp,
+    _window_add_ref,
+    _window_add_type,
+    _window_add_vjp,
+    _window_jvp,
+    _window_ref,
+    _window_type,
+    _window_vjp,
+)
+
+# window(x): rows x[a + c*k + d*m] over the positions (k, m) of a ragged layout (T rows, row k of
+# L0 + dL*k); window_add(acc, upd): upd added at those rows, in order (tapejit/ops_window.py)
+defop(Op.WINDOW, "index", 1, _window_type, _window_ref, _window_vjp, jvp=_window_jvp)
+defop(Op.WINDOW_ADD, "index", 2, _window_add_type, _window_add_ref, _window_add_vjp,
+      jvp=_window_add_jvp)
 
 # -- linear algebra, control, leaves
 defop(Op.MATMUL, "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),

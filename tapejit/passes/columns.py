@@ -24,6 +24,7 @@ uses. The operand's column is pushed through (:func:`_column`):
 * elementwise ops (their non-scalar operands have the operand's shape; scalars pass as they are);
 * ``broadcast_to`` (of a scalar, of a unit last axis, or of an array whose last axis is ``k``);
 * ``index`` (basic indexing: the column is one more integer, or a shifted start, of the view);
+* ``window`` of rows (:mod:`tapejit.ops_window`): the window of the operand's column;
 * constants;
 
 and any other value (an input, a ``reshape``, a ``matmul``...) is read by column views of it,
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import time
 
-from .. import ops
+from .. import ops, ops_window
 from ..ir import Graph, Node
 from ..ops import Op
 from .rewrite import Rewriter
@@ -86,6 +87,8 @@ def _column(v: Node, c: int, memo: dict) -> Node:
         else:
             raise _NotColumnar
         out = ops.index(base, tuple(items))
+    elif op == Op.WINDOW and v.ndim == 2:  # rows of a ragged window: the window of a column
+        out = ops_window.window(_column(v.args[0], c, memo), v.attrs)
     else:  # an input, or a value computed otherwise (a matmul...): read by column views
         out = ops.index(v, tuple((0, d, 1) for d in shape) + (c,))
     if out.shape != shape:  # (a view of a view collapsing differently: never expected)

@@ -86,7 +86,7 @@ def _classify(n: Node) -> str:
         and ops.index_view_offset(n.args[0].shape, n.attrs) is not None
     ):
         return "alias"  # a contiguous block: a view at an offset, no copy
-    if n.op in (Op.INDEX, Op.TRANSPOSE):
+    if n.op in (Op.INDEX, Op.TRANSPOSE, Op.WINDOW):
         return "point" if n.shape == () else "gather"
     if group == "reduce":
         return "reduce" if n.shape == () else "op"
@@ -182,6 +182,7 @@ def fuse(g: Graph) -> Schedule:
     # kernels with a loop over ``space`` and fewer than MAX_BODY nodes.
     free: list[int] = []
     open_: dict[tuple[int, ...], list[int]] = {}
+    layouts: dict[int, tuple] = {}  # kernel -> the ragged layout of its windows
 
     def kernel(k: int) -> _Kernel:
         while len(kernels) <= k:
@@ -217,9 +218,18 @@ def fuse(g: Graph) -> Schedule:
             home[id(n)] = (k, "op")
             continue
         # the first kernel at or after `ready` that has no loop or an open loop over `space`
+        # (a ragged window: none with a window over another layout, see ragged_layout)
         space = space_of(n, c)
         same = open_.setdefault(space, [])
-        k = min(first(free, ready), first(same, ready))
+        if n.op == Op.WINDOW:
+            layout = n.attrs[:3]
+            i = bisect.bisect_left(same, ready)
+            while i < len(same) and layouts.get(same[i], layout) != layout:
+                i += 1
+            k = min(first(free, ready), same[i] if i < len(same) else len(kernels))
+            layouts[k] = layout
+        else:
+            k = min(first(free, ready), first(same, ready))
         kern = kernel(k)
         if not kern.body:
             take(free, k)
@@ -241,6 +251,8 @@ def fuse(g: Graph) -> Schedule:
                 if a.shape == () or id(a) in members[k] or cls[id(a)] not in ("body", "gather"):
                     continue
                 clone = _recompute_set(a, home, must, cls)
+                if clone is not None and not _layouts_agree(kern.body, clone):
+                    clone = None
                 if clone is not None:
                     for c in clone:
                         if id(c) not in members[k]:
@@ -261,6 +273,22 @@ def fuse(g: Graph) -> Schedule:
     )
     stats = {"kernels": sum(k.is_loop for k in frozen), "recomputed": recomputed}
     return Schedule(g, frozen, home, materialised, stats)
+
+
+def ragged_layout(body) -> tuple | None:
+    """The ragged layout ``(T, L0, dL)`` of the windows (:mod:`tapejit.ops_window`) in a loop
+    body, which codegen iterates as a nest over its rows (one per loop: fusion puts windows of
+    different layouts in different loops); ``None`` without windows."""
+    for n in body:
+        if n.op == Op.WINDOW:
+            return n.attrs[:3]
+    return None
+
+
+def _layouts_agree(body, clone) -> bool:
+    """Whether recomputing ``clone`` in a loop with ``body`` keeps one ragged layout in it."""
+    got = {n.attrs[:3] for n in (*body, *clone) if n.op == Op.WINDOW}
+    return len(got) <= 1
 
 
 def _recompute_set(a: Node, home, must, cls) -> list[Node] | None:

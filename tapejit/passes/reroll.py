@@ -127,6 +127,7 @@ from ..ir import Graph, Node, Type, substitute
 from ..ops import Op
 from ..progress import log
 from .reroll_guards import roll_guards
+from .reroll_ragged import ragged_sum
 from .reroll_sums import partition_sum, partition_writes
 from .reroll_match import (  # noqa: F401  (MIN_RUN, MIN_SHORT_RUN: the documented thresholds)
     MIN_RUN,
@@ -713,6 +714,8 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
                 grouped = partition_writes(chain, users, table, REDUCE)
             else:
                 grouped = partition_sum(chain, users, table) if REDUCE else None
+                if REDUCE and (grouped is None or grouped[2] <= best[0]):
+                    grouped = ragged_sum(chain, users, guarded)
             if grouped is not None and grouped[2] > best[0]:
                 old, new, count = grouped
                 mapping[id(old)] = new

@@ -1,0 +1,423 @@
+"""Re-rolling sums over rows of different lengths: a triangular element loop as one flat sum.
+
+A loop whose iterations work on rows that shrink (or grow) by a fixed step ::
+
+    e = 0.0
+    for i in range(n - 1):
+        d = pos[i + 1:] - pos[i]                  # (n-1-i, 3)
+        r2 = np.sum(d * d, axis=1)
+        e = e + np.sum(4.0 * (r2**-6 - r2**-3))
+
+    for i in range(n):                            # the scalar pair loop: its inner loops are
+        for j in range(i + 1, n):                 # re-rolled first (sums over the row
+            ...                                   # pos[i+1:, c] - pos[i, c], one per i)
+
+traces to an ``add`` chain whose terms are alike but for the *lengths* of their arrays, so the
+iteration matcher (:mod:`tapejit.passes.reroll_match`), which needs equal types, leaves it
+unrolled: the trace, the passes, the kernels and LLVM grow with ``n`` (255 rows for 256 atoms).
+This pass (:func:`ragged_sum`, tried on a sum chain the matcher left mostly unrolled) rebuilds
+such a run as one computation on a *ragged layout* (:mod:`tapejit.ops_window`): all its rows
+stored flat, row after row, row ``k`` of length ``L(k) = L0 + dL*k``.
+
+**Matching.** Iteration ``j``'s term is walked against a template term node for node (op,
+dtype, rank and attributes equal; commutative operands in the order of a hash of their
+structure, which leaves out the numbers that change between iterations). Nodes identical in
+the template and the next iteration are *shared* (an input, a constant, a value computed
+before the loop). What may differ, and must be affine in the iteration number ``k`` over the
+run:
+
+* a read ``x[r, ...]`` of a shared array at an integer row ``r = a + b*k`` (the rest of the
+  index equal): a per-iteration value, read for all iterations as the strided rows
+  ``x[a::b]``;
+* a read ``x[s:e:st, ...]`` (``st > 0``) whose start ``s = a + c*k`` and length ``L(k)``
+  move: a ragged value, read as ``window(x)`` (rows ``a + c*k + st*m``);
+* the first extent of the arrays computed from those (``L(k)`` for ragged values, fixed for
+  the others) and of constants and broadcasts;
+
+and every ragged value of the run has the same ``L(k)``.
+
+**Building.** Each template node is rebuilt once, for all iterations at once: a shared node is
+itself, a per-iteration value of shape ``S`` becomes a ``(T, *S)`` array, a ragged one of shape
+``(L(k), *S)`` a ``(P, *S)`` array. Elementwise ops apply to the rebuilt operands, a
+per-iteration operand of a ragged op spread over its row (``window`` with ``c = 1, d = 0``), a
+reduction over the ragged axis summed by row (``window_add`` with ``c = 1, d = 0``), and the
+run's terms summed: ``e_lo + sum(terms)``, reassociated as the re-rolled sums of
+:mod:`tapejit.passes.reroll` are (a term that sums a whole ragged value is summed over ``P``
+directly). Anything else in a term (an index of a computed value, a reshape across the ragged
+axis, a maximum over it...) leaves the chain as it is.
+"""
+
+from __future__ import annotations
+
+from .. import ops
+from ..ir import Node
+from ..ops import Op
+from ..ops_window import layout_size, window, window_add
+from .reroll_match import MIN_RUN, _Fail
+
+_ELEMENTWISE = frozenset(ops.ELEMENTWISE)
+_COMMUTATIVE = frozenset(ops.COMMUTATIVE)
+_SHAPED = (Op.BROADCAST_TO, Op.RESHAPE)  # attrs are the result shape
+
+
+class _Hash(dict):
+    """A hash of a node's structure without the numbers that change between iterations: the
+    first index item's value, the first extent of shapes (memoised per node)."""
+
+    def of(self, n: Node) -> int:
+        h = self.get(id(n))
+        if h is not None:
+            return h
+        stack = [n]
+        while stack:
+            u = stack[-1]
+            todo = [a for a in u.args if id(a) not in self]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            if id(u) in self:
+                continue
+            if u.op == Op.INPUT:
+                h = hash(("in", u.attrs[0]))
+            elif u.op == Op.CONST:
+                h = hash(("c", u.attrs, u.ndim, u.dtype))
+            elif u.op == Op.INDEX:
+                first = u.attrs[0]
+                kind = "s" if isinstance(first, tuple) else "i"
+                h = hash(("ix", self[id(u.args[0])], kind, u.attrs[1:], u.ndim))
+            else:
+                attrs = len(u.attrs) if u.op in _SHAPED else u.attrs
+                ch = [self[id(a)] for a in u.args]
+                if u.op in _COMMUTATIVE:
+                    ch.sort()
+                h = hash((u.op, u.dtype, u.ndim, attrs, tuple(ch)))
+            self[id(u)] = h
+        return self[id(n)]
+
+
+def _numbers(t: Node, n: Node) -> tuple:
+    """What may differ between template node ``t`` and ``n`` (both of one op): the first index
+    item, the first extents; raises :class:`_Fail` when anything else does."""
+    if t.op == Op.INDEX:
+        a, b = t.attrs[0], n.attrs[0]
+        if t.attrs[1:] != n.attrs[1:] or isinstance(a, tuple) != isinstance(b, tuple):
+            raise _Fail
+        if isinstance(a, tuple):
+            if a[2] != b[2] or a[2] <= 0:
+                raise _Fail
+            return ("slice", b[0], len(range(*b)))
+        return ("row", b)
+    if t.op in _SHAPED:
+        if t.attrs[1:] != n.attrs[1:] or len(t.attrs) != len(n.attrs) or not t.attrs:
+            raise _Fail
+    elif t.attrs != n.attrs:
+        raise _Fail
+    if t.shape[1:] != n.shape[1:]:
+        raise _Fail
+    return ("extent", n.shape[0]) if n.ndim else ()
+
+
+class _Pairing:
+    """Template term ``tpl`` walked against one iteration's term: ``pair[id(t)]`` the node of
+    the iteration, ``nums[id(t)]`` its numbers (:func:`_numbers`). Raises :class:`_Fail`."""
+
+    def tnode(self, key: int) -> Node:
+        return self.tnodes[key]
+
+    def __init__(self, tpl: Node, term: Node, h: _Hash, shared: set[int] | None):
+        self.pair: dict[int, Node] = {}
+        self.tnodes: dict[int, Node] = {}
+        self.nums: dict[int, tuple] = {}
+        self.h, self.shared = h, shared
+        self._walk(tpl, term)
+
+    def _walk(self, t0: Node, n0: Node) -> None:
+        stack = [(t0, n0)]
+        while stack:
+            t, n = stack.pop()
+            got = self.pair.get(id(t))
+            if got is not None:
+                if got is not n:
+                    raise _Fail
+                continue
+            self.pair[id(t)] = n
+            self.tnodes[id(t)] = t
+            if n is t or (self.shared is not None and id(t) in self.shared):
+                if n is not t:
+                    raise _Fail
+                continue
+            if t.op != n.op or t.dtype != n.dtype or t.ndim != n.ndim or len(t.args) != len(n.args):
+                raise _Fail
+            if t.op in (Op.INPUT, Op.LOOP, Op.CUSTOM) or (t.op == Op.CONST and t.ndim == 0):
+                raise _Fail  # differs, but is not something that may
+            self.nums[id(t)] = _numbers(t, n)
+            ta, na = list(t.args), list(n.args)
+            if t.op in _COMMUTATIVE:
+                ta.sort(key=self.h.of)
+                na.sort(key=self.h.of)
+                if [self.h.of(a) for a in ta] != [self.h.of(a) for a in na]:
+                    raise _Fail
+            stack.extend(zip(ta, na))
+
+
+class _Layout:
+    """The run's ragged layout ``(T, L0, dL)``, fixed by the first ragged value built."""
+
+    def __init__(self, T: int):
+        self.T = T
+        self.L: tuple[int, int] | None = None
+
+    def set(self, L: tuple[int, int]) -> tuple[int, int, int]:
+        L0, dL = L
+        if self.L is None:
+            if L0 < 0 or L0 + dL * (self.T - 1) < 0:
+                raise _Fail
+            self.L = (L0, dL)
+        elif self.L != (L0, dL):
+            raise _Fail
+        return self.attrs
+
+    @property
+    def attrs(self) -> tuple[int, int, int]:
+        if self.L is None:
+            raise _Fail
+        return (self.T, *self.L)
+
+    @property
+    def P(self) -> int:
+        return layout_size(*self.attrs)
+
+    def spread(self, v: Node) -> Node:
+        """Per-iteration values ``v`` (``(T, *S)``) spread over their rows: ``(P, *S)``."""
+        return window(v, (*self.attrs, 0, 1, 0))
+
+    def ragged(self, v: Node, orig: Node) -> Node:
+        """Operand ``v`` (built from template node ``orig``) of a ragged op, as ``(P, *S)``."""
+        if v.shape[:1] == (self.P,) and orig.ndim == v.ndim:
+            return v
+        if orig.ndim == 0:
+            return self.spread(v)
+        L0, dL = self.L or (None, None)
+        if dL == 0 and v.shape[:2] == (self.T, L0):  # rows of one length: (T, L0, *S) is flat
+            return ops.reshape(v, (self.P, *v.shape[2:]))
+        raise _Fail
+
+
+def _moves(f: tuple | None) -> bool:
+    """Whether a fitted first extent moves with the iteration."""
+    return f is not None and f[0] == "extent" and f[1][1] != 0
+
+
+def _build(tpl: Node, shared: set[int], fit: dict, lay: _Layout) -> dict[int, tuple[str, Node]]:
+    """Every iteration's nodes of ``tpl`` at once, by template node: ``("same", node)``,
+    ``("k", (T, *S) array)`` or ``("r", (P, *S) array)``."""
+    memo: dict[int, tuple[str, Node]] = {}
+    stack = [tpl]
+    while stack:
+        t = stack[-1]
+        if id(t) in memo:
+            stack.pop()
+            continue
+        if id(t) in shared:
+            memo[id(t)] = ("same", t)
+            stack.pop()
+            continue
+        if t.op == Op.INDEX and id(t.args[0]) in shared:  # a read leaf
+            stack.pop()
+            memo[id(t)] = _read(t, fit[id(t)], lay)
+            continue
+        todo = [a for a in t.args if id(a) not in memo]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        f = fit.get(id(t))
+        level, node = _op(t, [memo[id(a)] for a in t.args], f, lay)
+        if t.ndim and f is not None:  # the first extent moves exactly with the rows
+            if level == "r" and f[1] != lay.L:
+                raise _Fail
+            if level == "k" and f[1][1] != 0:
+                raise _Fail
+        memo[id(t)] = (level, node)
+    return memo
+
+
+def _read(t: Node, f: tuple, lay: _Layout) -> tuple[str, Node]:
+    src, items = t.args[0], t.attrs
+    if f[0] == "row":
+        a, b = f[1]
+        if b == 0:
+            raise _Fail
+        return "k", ops.index(src, ((a, a + b * lay.T, b), *items[1:]))
+    (a, c), L = f[1], f[2]
+    attrs = (*lay.set(L), a, c, items[0][2])
+    base = src if len(items) == 1 else ops.index(src, ((0, src.shape[0], 1), *items[1:]))
+    return "r", window(base, attrs)
+
+
+def _op(t: Node, args: list, f: tuple | None, lay: _Layout) -> tuple[str, Node]:
+    op, T = t.op, lay.T
+    level = "r" if any(lv == "r" for lv, _ in args) else "k"
+    if op in (Op.CONST, Op.BROADCAST_TO) and _moves(f):
+        lay.set(f[1])
+        level = "r"
+
+    def per_k(lv: str, a: Node, shape: tuple) -> Node:
+        return a if lv == "k" else ops.broadcast_to(a, (T, *shape))
+
+    if op == Op.CONST:  # an array constant whose first extent moves with the rows
+        if level != "r":
+            raise _Fail
+        return "r", ops.const(t.attrs[0], (lay.P, *t.shape[1:]), t.dtype)
+    if op in _ELEMENTWISE:
+        out = []
+        for (lv, a), orig in zip(args, t.args):
+            if lv == "same" and orig.ndim == 0:
+                out.append(a)
+            elif level == "r":
+                if lv == "same":
+                    raise _Fail  # (a shared array the size of a moving row)
+                out.append(lay.ragged(a, orig))
+            else:
+                out.append(per_k(lv, a, orig.shape))
+        return level, ops.make(op, *out, attrs=t.attrs)
+    if op == Op.BROADCAST_TO:
+        ((lv, u),) = args
+        su, S = t.args[0].shape, t.shape[1:]
+        if level == "r":
+            if lv == "same":
+                return "r", ops.broadcast_to(u, (lay.P, *S))
+            if lv == "k":  # u is (T, *su), su aligned to the trailing axes of (L, *S)
+                if len(su) == len(S) + 1:
+                    if su[0] != 1:
+                        raise _Fail
+                    su = su[1:]
+                u = lay.spread(ops.reshape(u, (T, *(1,) * (len(S) - len(su)), *su)))
+            return "r", ops.broadcast_to(u, (lay.P, *S))
+        u = ops.reshape(per_k(lv, u, su), (T, *(1,) * (t.ndim - len(su)), *su))
+        return "k", ops.broadcast_to(u, (T, *t.shape))
+    if op in (Op.REDUCE_SUM, Op.REDUCE_MAX):
+        ((lv, x),) = args
+        axes = t.attrs[0]
+        if lv != "r":
+            return "k", ops.reduce(op, per_k(lv, x, t.args[0].shape), tuple(a + 1 for a in axes))
+        rest = tuple(a for a in axes if a != 0)
+        y = ops.reduce(op, x, rest) if rest else x
+        if 0 not in axes:
+            return "r", y
+        if op != Op.REDUCE_SUM:
+            raise _Fail
+        return "k", window_add(ops.const(0.0, (T, *y.shape[1:])), y, (*lay.attrs, 0, 1, 0))
+    if op == Op.INDEX and level == "k" and f is not None and f[0] == "row" and f[1][1] == 0:
+        ((lv, x),) = args
+        return "k", ops.index(per_k(lv, x, t.args[0].shape), ((0, T, 1), *t.attrs))
+    raise _Fail
+
+
+# ----------------------------------------------------------------------------------------------
+# Runs of a sum chain
+
+
+def ragged_sum(chain: list[Node], users: dict[int, int], guarded: set[int]) -> tuple[Node, Node, int] | None:
+    """The longest run of a sum chain ``e = e + t_k`` whose terms are alike but for the
+    lengths of their rows (see the module docstring), rebuilt: ``(old, new, iterations)`` — the
+    chain node ``old`` the run ends at and what replaces it — or ``None``."""
+    k = 0
+    while k < len(chain) and chain[k].op != Op.ADD:  # the first term, where the chain starts
+        k += 1
+    chain = chain[k:]
+    if len(chain) < MIN_RUN + 1 or any(c.op != Op.ADD or c.shape != () for c in chain):
+        return None
+    terms: list[Node | None] = [None]
+    for j in range(1, len(chain)):
+        a, b = chain[j].args
+        prev = chain[j - 1]
+        if (a is prev) == (b is prev):
+            return None
+        terms.append(b if a is prev else a)
+    h = _Hash()
+    best = None
+    m = len(chain) - 1
+    for s in sorted({1, m // 3, m // 2, (2 * m) // 3}):
+        if s < 1 or s + 1 > m or (best is not None and best[0] <= s <= best[1]):
+            continue
+        try:
+            got = _run(chain, terms, s, h, users, guarded)
+        except _Fail:
+            continue
+        if got is not None and (best is None or got[1] - got[0] > best[1] - best[0]):
+            best = got
+    if best is None:
+        return None
+    lo, hi, new = best
+    return chain[hi], new, hi - lo + 1
+
+
+def _run(chain, terms, s, h, users, guarded):
+    tpl = terms[s]
+    first = _Pairing(tpl, terms[s + 1], h, None)
+    shared = {k for k, n in first.pair.items() if first.tnode(k) is n}
+    if any(k in guarded for k in first.pair if k not in shared):
+        raise _Fail
+    base = {k: _numbers(first.tnode(k), first.tnode(k)) for k in first.nums}
+    step = {}
+    for k, v in first.nums.items():
+        b = base[k]
+        if not b:
+            step[k] = ()
+            continue
+        if v[0] != b[0]:
+            raise _Fail
+        step[k] = tuple(x - y for x, y in zip(v[1:], b[1:]))
+
+    def fits(j: int, term: Node) -> bool:
+        try:
+            p = _Pairing(tpl, term, h, shared)
+        except _Fail:
+            return False
+        if any(id(n) in guarded for k, n in p.pair.items() if k not in shared):
+            return False
+        for k, v in p.nums.items():
+            b, st = base[k], step[k]
+            if not b:
+                continue
+            if v[0] != b[0] or any(x != y + (j - s) * d for x, y, d in zip(v[1:], b[1:], st)):
+                return False
+        return True
+
+    hi = s + 1
+    while hi + 1 < len(chain) and users.get(id(chain[hi]), 0) == 1 and fits(hi + 1, terms[hi + 1]):
+        hi += 1
+    lo = s
+    while lo - 1 >= 1 and users.get(id(chain[lo - 1]), 0) == 1 and fits(lo - 1, terms[lo - 1]):
+        lo -= 1
+    init = chain[lo - 1]
+    if lo == 1 and users.get(id(chain[0]), 0) == 1:  # the first iteration: one of chain[0]'s operands
+        for t0, other in (chain[0].args, chain[0].args[::-1]):
+            if other is not t0 and fits(0, t0):
+                lo, init = 0, other
+                break
+    if any(users.get(id(chain[j]), 0) != 1 for j in range(lo, hi)):
+        raise _Fail
+    T = hi - lo + 1
+    if T < MIN_RUN:
+        return None
+    fit = {}
+    for k, b in base.items():
+        st = step[k]
+        if not b:
+            continue
+        lo_vals = tuple(y - (s - lo) * d for y, d in zip(b[1:], st))
+        fit[k] = (b[0], *zip(lo_vals, st))
+    lay = _Layout(T)
+    memo = _build(tpl, shared, fit, lay)
+    level, total = memo[id(tpl)]
+    if level != "k" or total.shape != (T,):
+        raise _Fail
+    x = tpl.args[0] if tpl.op == Op.REDUCE_SUM else None
+    if x is not None and memo[id(x)][0] == "r" and len(tpl.attrs[0]) == x.ndim:
+        summed = ops.reduce(Op.REDUCE_SUM, memo[id(x)][1], tuple(range(x.ndim)))  # over P at once
+    else:
+        summed = ops.reduce(Op.REDUCE_SUM, total, (0,))
+    return lo, hi, ops.add(init, summed)
