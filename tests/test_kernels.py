@@ -25,6 +25,16 @@ from tapejit.passes.memplan import plan
 
 RNG = np.random.default_rng(20261124)
 
+
+@pytest.fixture(autouse=True)
+def unrolled(monkeypatch):
+    """Re-rolling off: these are the kernels of loops compiled as traced (what a loop the
+    re-rolling pass leaves alone compiles to; tests/test_reroll*.py test the re-rolled ones —
+    the LJ rows form, for one, is re-rolled into one flat sum)."""
+    from tapejit.passes import reroll
+
+    monkeypatch.setattr(reroll, "ENABLED", False)
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from pair_potential import lj_rows  # noqa: E402  (the model as examples/ writes it)
 

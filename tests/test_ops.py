@@ -212,6 +212,22 @@ def _cases(op) -> list[Case]:
             ),
             Case(op, [(6,), (4,)], lambda a, u: ops.make(op, a, _table([5, 1, 0, 3]), u), "[elements]"),
         ]
+    if op == "window":  # rows of a ragged layout: a triangle's rows, a per-row value spread
+        return [
+            Case(op, [(5, 3)], lambda x: ops.make(op, x, attrs=(4, 4, -1, 1, 1, 1)), "[rows]"),
+            Case(op, [(6,)], lambda x: ops.make(op, x, attrs=(3, 2, 1, 1, 2, 0)), "[spread]"),
+        ]
+    if op == "window_add":  # added at the rows of a ragged layout, a row summed into one
+        return [
+            Case(
+                op,
+                [(5, 3), (10, 3)],
+                lambda a, u: ops.make(op, ops.elementwise("sin", a), u, attrs=(4, 4, -1, 1, 1, 1)),
+                "[rows]",
+            ),
+            Case(op, [(4,), (6,)], lambda a, u: ops.make(op, a, u, attrs=(3, 1, 1, 0, 1, 0)),
+                 "[row sums]"),  # fmt: skip
+        ]
     if op == "matmul":
         return [
             Case(op, [(3, 4), (4, 2)], lambda a, b: ops.matmul(a, b)),

@@ -637,6 +637,7 @@ def test_glue_chunks_are_not_optimised_scalar_chunks_are(monkeypatch):
             e = e + np.sum(np.exp(-np.sum(d * d, axis=1)))
         return e
 
+    monkeypatch.setattr(reroll, "ENABLED", False)  # (re-rolled, the rows are one flat sum)
     pos = RNG.random((120, 3))
     g = tj.compile(rows, pos, cache=False)
     marked, total = optnone(g)
@@ -645,7 +646,6 @@ def test_glue_chunks_are_not_optimised_scalar_chunks_are(monkeypatch):
     fd = (rows(pos + h * d) - rows(pos - h * d)) / (2 * h)
     assert np.sum(g(pos) * d) == pytest.approx(fd, rel=1e-6)
 
-    monkeypatch.setattr(reroll, "ENABLED", False)
     monkeypatch.setattr(loop_source, "ENABLED", False)
     f = element_loop.make_model(180)
     g = tj.compile(f, RNG.random(180), cache=False)

@@ -607,7 +607,10 @@ def extend(chain: list[Node], chain_ids: set[int], extra: int, number: str, diff
 
 #: Rounds of the pass at most: a round that re-rolls a sequential loop whose carries another
 #: chain reads (``y[i] = 0.9 * y[i - 1] + x[i]``: the stored values are the carries) exposes
-#: them, and the next round re-rolls the reading chain (a map of the stacked carries).
+#: them, and the next round re-rolls the reading chain (a map of the stacked carries). A round
+#: that re-rolls at least ``MIN_RUN`` loops (the inner loops of a nest: one sum per row of a
+#: pair loop) or leaves a tail after rows of different lengths also asks for another: the
+#: outer loop's chain, or the tail, is then a chain of its own.
 ROUNDS = 3
 
 
@@ -714,8 +717,12 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
                 grouped = partition_writes(chain, users, table, REDUCE)
             else:
                 grouped = partition_sum(chain, users, table) if REDUCE else None
-                if REDUCE and (grouped is None or grouped[2] <= best[0]):
-                    grouped = ragged_sum(chain, users, guarded)
+                ragged = ragged_sum(chain, users, guarded) if REDUCE else None
+                if ragged is not None and ragged[2] > (grouped[2] if grouped else best[0]):
+                    # rows of different lengths; a tail of the chain after them (the short
+                    # rows a pair loop leaves unrolled) is another chain for the next round
+                    grouped = ragged[:3]
+                    exposed = exposed or ragged[3] >= MIN_RUN
             if grouped is not None and grouped[2] > best[0]:
                 old, new, count = grouped
                 mapping[id(old)] = new
@@ -754,7 +761,7 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
         ir.verify(g)
         stats["nodes_after"] = len(g.nodes)
     stats["seconds"] = time.perf_counter() - t0
-    return g, stats, exposed
+    return g, stats, exposed or stats["loops"] >= MIN_RUN
 
 
 #: Whether :func:`maybe_reroll` (the first of the trace passes, so part of every

@@ -319,10 +319,15 @@ def _op(t: Node, args: list, f: tuple | None, lay: _Layout) -> tuple[str, Node]:
 # Runs of a sum chain
 
 
-def ragged_sum(chain: list[Node], users: dict[int, int], guarded: set[int]) -> tuple[Node, Node, int] | None:
+def ragged_sum(
+    chain: list[Node], users: dict[int, int], guarded: set[int]
+) -> tuple[Node, Node, int, int] | None:
     """The longest run of a sum chain ``e = e + t_k`` whose terms are alike but for the
-    lengths of their rows (see the module docstring), rebuilt: ``(old, new, iterations)`` — the
-    chain node ``old`` the run ends at and what replaces it — or ``None``."""
+    lengths of their rows (see the module docstring), rebuilt: ``(old, new, iterations,
+    tail)`` — the chain node ``old`` the run ends at, what replaces it, the iterations it
+    re-rolls and the chain nodes after it — or ``None``. ``users``: readers of each node (a
+    chain node read elsewhere ends a run); ``guarded``: nodes a scalar guard reads (an
+    iteration with one stays unrolled)."""
     k = 0
     while k < len(chain) and chain[k].op != Op.ADD:  # the first term, where the chain starts
         k += 1
@@ -351,7 +356,7 @@ def ragged_sum(chain: list[Node], users: dict[int, int], guarded: set[int]) -> t
     if best is None:
         return None
     lo, hi, new = best
-    return chain[hi], new, hi - lo + 1
+    return chain[hi], new, hi - lo + 1, len(chain) - 1 - hi
 
 
 def _run(chain, terms, s, h, users, guarded):
