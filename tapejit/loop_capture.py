@@ -30,7 +30,7 @@ from typing import Callable
 from . import loop_source, tracing, views
 from .progress import log
 from .ops import Op
-from .passes import reroll
+from .passes import reroll, reroll_ragged
 from .passes.reroll_match import _Fail
 
 #: Iterations of a captured loop that are traced (the first may differ: a carry that starts
@@ -186,14 +186,75 @@ def _build(history: list[tuple], n_carries: int, extra: int, st) -> list | None:
     return out
 
 
+#: Rows of a nest traced before the rest are built (:func:`run_nest`): the first, whose carry
+#: may start as a number, and the rows whose terms give the template, its steps and a check.
+ROWS_TRACED = 5
+
+
+def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, invariants: tuple = (),
+             helpers: tuple = ()) -> tuple:  # fmt: skip
+    """The nest ``for v in it: carries = body(v, *carries)`` whose body runs one inner loop
+    over ``inner(v)`` (a ``range`` whose bounds are affine in ``v``; see
+    ``loop_source._Rewriter._nest``), captured when it can be: the carries after it.
+
+    While the inner loops are long enough to be captured (:data:`MIN_TRIPS`), each row
+    traces to the carry plus one sum over a row of different length; :data:`ROWS_TRACED`
+    rows are traced, and the rows after them, up to the last with such an inner loop, are
+    built as one sum over all of them (:func:`tapejit.passes.reroll_ragged.extend_rows`,
+    with sums reassociated, so only with :data:`tapejit.passes.reroll.REDUCE`). The traced
+    rows must record no guard and no conversion error, each capture its inner loop, and
+    their terms fit one template with every number affine in the row; the rows built must
+    stay in bounds. Otherwise, and for the rows after, the loop runs as written."""
+    if not (reroll.REDUCE and len(carries) == 1 and _capturable(carries, tuple, (), invariants, helpers)):
+        return _run(it, body, carries)
+    try:
+        ranges = [inner(v) for v in it]
+    except Exception:  # noqa: BLE001 - the loop as written raises it where Python would
+        return _run(it, body, carries)
+    rows = 0
+    while rows < len(it) and type(ranges[rows]) is range and len(ranges[rows]) >= MIN_TRIPS:
+        rows += 1
+    if rows < max(ROWS_TRACED + 2, reroll.MIN_RUN):
+        return _run(it, body, carries)
+    st = tracing._current.items[0]
+    guards, conversion, captured = len(st.guards), st.conversion_error, st.captured[0]
+    history = []
+    for k in range(ROWS_TRACED):
+        carries = body(it[k], *carries)
+        history.append(carries[0])
+    ok = (
+        len(st.guards) == guards
+        and st.conversion_error is conversion
+        and st.captured[0] == captured + ROWS_TRACED
+        and all(type(t) is tracing.Tracer and t.level == 1 and t._view is None
+                and t.node.shape == () and t.node.dtype == "f64" for t in history)
+    )  # fmt: skip
+    if ok:
+        try:
+            node = reroll_ragged.extend_rows([t.node for t in history], rows)
+        except _Fail:
+            node = None
+        except Exception:  # noqa: BLE001 - a bug here must not change a result: run the loop
+            log.warning("capturing a loop nest failed; it runs as written", exc_info=True)
+            node = None
+        if node is not None:
+            st.captured[0] += 1
+            st.captured[1] += sum(len(r) for r in ranges[ROWS_TRACED:rows])
+            carries = (tracing.Tracer(node, tracing._UNSET, 1),)
+            return _run(it[rows:], body, carries)
+    return _run(it[ROWS_TRACED:], body, carries)
+
+
 def prepare(f: Callable) -> Callable:
     """``f`` with its capturable loops rewritten to call :func:`run_loop` (or ``f``; also
     when re-rolling is off, :data:`reroll.ENABLED`: loops then stay unrolled)."""
     if not reroll.ENABLED:
         return f
     return loop_source.rewrite(
-        f, {"_tj_for": run_loop, "_tj_read": read, "_tj_all": ALL, "_tj_can": can_capture}
+        f, {"_tj_for": run_loop, "_tj_read": read, "_tj_all": ALL, "_tj_can": can_capture,
+            "_tj_nest": run_nest},
     )
 
 
-__all__ = ["MIN_TRIPS", "TRACED", "can_capture", "prepare", "read", "run_loop"]
+__all__ = ["MIN_TRIPS", "ROWS_TRACED", "TRACED", "can_capture", "prepare", "read", "run_loop",
+           "run_nest"]

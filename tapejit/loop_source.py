@@ -73,7 +73,7 @@ CALLS = frozenset(
 )
 
 _OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
-_HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can")
+_HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can", "_tj_nest")
 #: Built-ins that let code read or change a function's variables by name: a function using
 #: any of them is never rewritten (its loop's temporaries would not be where it looks).
 _INTROSPECTION = frozenset({"eval", "exec", "locals", "vars", "globals", "dir", "__import__"})
@@ -345,10 +345,13 @@ class _Rewriter(ast.NodeTransformer):
     visit_TryStar = visit_With = visit_AsyncWith = visit_Try
 
     def visit_For(self, node: ast.For):
+        original, count = copy.deepcopy(node), self.count
         self.generic_visit(node)
         if self.handlers or node.orelse or not isinstance(node.target, ast.Name):
             return node
         if any(isinstance(n, (ast.For, ast.While)) for st in node.body for n in ast.walk(st)):
+            if self.count == count + 1:  # one inner loop, rewritten: a nest of two?
+                return self._nest(original, node)
             return node
         try:
             loop = _Loop(node, self.modules, self.f_locals, self.pure)
@@ -406,6 +409,113 @@ class _Rewriter(ast.NodeTransformer):
                 if not hasattr(n, "lineno") or n.lineno is None:
                     ast.copy_location(n, node)
         return out
+
+
+    def _nest(self, original: ast.For, node: ast.For):
+        """A loop whose body is straight-line code around one capturable inner loop over a
+        ``range`` whose bounds are affine in the outer variable (``for i in range(n): for j
+        in range(i + 1, n): ...``), rewritten as ::
+
+            def _tj_body_k(i, *carries): <body, its inner loop rewritten>; return carries
+            _tj_it_k = <iterable>
+            if _tj_can(_tj_it_k):
+                carries = _tj_nest(_tj_it_k, _tj_body_k, carries, lambda i: <inner range>,
+                                   invariants, helpers)
+            else:
+                for i in _tj_it_k: <body, its inner loop rewritten>
+
+        ``_tj_nest`` (:func:`tapejit.loop_capture.run_nest`) traces a few rows and builds the
+        others as one sum over rows of different lengths. What makes that exact, besides what
+        an inner capturable loop guarantees: the outer body with the inner loop's body in its
+        place is capturable code for the outer variable (it appears only in affine element
+        reads and in the inner range's bounds, never as a number), and it writes no array.
+        The node as rewritten by the inner loop's capture when it is not such a nest."""
+        try:
+            loop, inner_range = _nest_loop(original, self.modules, self.f_locals, self.pure)
+        except _NotCapturable:
+            return node
+        if not loop_scopes.private(self.fn, node, [loop.var, *loop.temps]):
+            return node
+        k = self.count
+        self.count += 1
+        carries = loop.carries
+        args = ast.arguments(
+            posonlyargs=[], args=[ast.arg(a) for a in [loop.var, *carries]], vararg=None,
+            kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
+        )  # fmt: skip
+        name, it = f"_tj_body_{k}", f"_tj_it_{k}"
+        ret = ast.Return(_tuple(carries, ast.Load()))
+        fdef = ast.FunctionDef(name, args, [*copy.deepcopy(node.body), ret], [], None, None,
+                               type_params=[])  # fmt: skip
+        inner = ast.Lambda(
+            ast.arguments(posonlyargs=[], args=[ast.arg(loop.var)], vararg=None, kwonlyargs=[],
+                          kw_defaults=[], kwarg=None, defaults=[]),
+            copy.deepcopy(inner_range),
+        )  # fmt: skip
+        call = ast.Call(
+            ast.Name("_tj_nest", ast.Load()),
+            [ast.Name(it, ast.Load()), ast.Name(name, ast.Load()), _tuple(carries, ast.Load()),
+             inner, _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
+            [],
+        )  # fmt: skip
+        node.iter = ast.Name(it, ast.Load())
+        branch = ast.If(
+            ast.Call(ast.Name("_tj_can", ast.Load()), [ast.Name(it, ast.Load())], []),
+            [ast.Assign([_tuple(carries, ast.Store())], call)],
+            [node],
+        )
+        out = [fdef, ast.Assign([ast.Name(it, ast.Store())], original.iter), branch]
+        for st in out:
+            ast.copy_location(st, original)
+            ast.fix_missing_locations(st)
+        for st in out:
+            for n in ast.walk(st):
+                if not hasattr(n, "lineno") or n.lineno is None:
+                    ast.copy_location(n, original)
+        return out
+
+
+def _nest_loop(outer: ast.For, modules: set[str], f_locals: set[str],
+               pure: frozenset) -> tuple[_Loop, ast.expr]:  # fmt: skip
+    """The outer loop of a nest (see ``_Rewriter._nest``) checked as one loop over its
+    variable — its body with the inner loop's body in the inner loop's place, the inner
+    variable a name it does not assign — and the inner loop's ``range(...)``. Raises
+    :class:`_NotCapturable`."""
+    if not isinstance(outer.target, ast.Name) or outer.orelse:
+        raise _NotCapturable
+    fors = [st for st in outer.body if isinstance(st, ast.For)]
+    if len(fors) != 1:
+        raise _NotCapturable
+    inner = fors[0]
+    if (
+        inner.orelse
+        or not isinstance(inner.target, ast.Name)
+        or any(isinstance(n, (ast.For, ast.While)) for st in inner.body for n in ast.walk(st))
+    ):
+        raise _NotCapturable
+    rng = inner.iter
+    if not (
+        isinstance(rng, ast.Call) and isinstance(rng.func, ast.Name) and rng.func.id == "range"
+        and 1 <= len(rng.args) <= 3 and not rng.keywords
+        and not any(isinstance(a, ast.Starred) for a in rng.args)
+    ):  # fmt: skip
+        raise _NotCapturable
+    body: list[ast.stmt] = []
+    for st in outer.body:
+        body.extend(inner.body if st is inner else [st])
+    rows = ast.For(outer.target, outer.iter, body, [])
+    loop = _Loop(rows, modules, f_locals, pure)
+    j = inner.target.id
+    if loop.writes or j == loop.var or j in loop.rebound or "range" in f_locals:
+        raise _NotCapturable
+    for a in rng.args:
+        if loop.var in _names(a):
+            loop._affine(a)
+        else:
+            loop._invariant(a)
+    loop.temps.append(j)
+    loop.invariants = [v for v in loop.invariants if v != j]
+    return loop, rng
 
 
 class _Reads(ast.NodeTransformer):

@@ -134,6 +134,44 @@ def _capture_loop(data, prog: "Program", a: str, sa: tuple) -> None:
     prog.features.add("capture")
 
 
+RAGGED_FORMS = {  # triangular loops: rows whose length moves with the loop variable
+    "rows": ["for {i} in range(len({m}) - 1):",
+             "    {v} = {v} + np.sum(np.cos({m}[{i} + 1:] - {m}[{i}]) * {m}[{i}])"],
+    "pairs": ["for {i} in range(len({m})):",
+              "    for j in range({i} + 1, len({m})):",
+              "        {v} = {v} + np.sin({m}[j{c}] - {m}[{i}{c}]) * {m}[{i}{c}]"],
+    "growing": ["for {i} in range(len({m})):",
+                "    {v} = {v} + np.sum(np.sin({m}[: {i} + 1])) * 0.1"],
+    "sliding": ["for {i} in range(len({m}) - 3):",
+                "    {v} = {v} + np.sum({m}[{i} : {i} + 3] ** 2) * 0.2"],
+    "columns": ["for {i} in range(len({m}) - 1):",
+                "    s = np.sum({m}[{i} + 1:] * {m}[{i}], axis=0)",
+                "    {v} = {v} + np.sum(s * s) * 0.01"],
+}
+
+
+def _ragged_loop(data, prog: "Program", a: str, sa: tuple) -> None:
+    """A triangular element loop (tapejit/passes/reroll_ragged.py) over the rows of a matrix
+    or the elements of a vector (repeated to at least 26 rows, so that it re-rolls: a pair
+    loop's rows re-roll as sums while they have loop_capture.MIN_TRIPS pairs, and at least
+    reroll.MIN_RUN such rows re-roll into one)."""
+    if len(sa) not in (1, 2):
+        a, sa = prog.new((sa[0] if sa else 1,), f"np.ravel({a})[:1] + 0.0", "ragged"), (1,)
+    k = 26 // sa[0] + 1
+    m = prog.new((sa[0] * k, *sa[1:]), f"np.concatenate([{a}] * {k}, axis=0) * 0.7", "ragged")
+    form = data.draw(st.sampled_from(sorted(RAGGED_FORMS)))
+    if form == "columns" and len(sa) != 2:
+        form = "rows"
+    v = f"v{prog.k}"
+    prog.k += 1
+    prog.lines.append(f"    {v} = 0.0")
+    c = ", 0" if len(sa) == 2 else ""
+    for line in RAGGED_FORMS[form]:
+        prog.lines.append("    " + line.format(i="i", m=m, v=v, c=c))
+    prog.shapes[v] = ()
+    prog.features.add("ragged")
+
+
 def _pick(data, prog: Program, want=None) -> str | None:
     names = [n for n, s in prog.shapes.items() if want is None or want(s)]
     return data.draw(st.sampled_from(names)) if names else None
@@ -144,7 +182,7 @@ def _statement(data, prog: Program) -> None:
         st.sampled_from(
             ["unary", "unary", "binary", "binary", "reduce", "index", "inplace", "matmul",
              "where", "guard", "pyloop", "pyguard", "fori", "scan", "while", "kink", "assemble",
-             "capture"]
+             "capture", "ragged"]
         )
     )  # fmt: skip
     a = _pick(data, prog)
@@ -296,6 +334,8 @@ def _statement(data, prog: Program) -> None:
         prog.features.add("pyguard")
     elif kind == "capture":
         _capture_loop(data, prog, a, sa)
+    elif kind == "ragged":
+        _ragged_loop(data, prog, a, sa)
     elif kind == "fori":
         prog.new(sa, f"tj.fori_loop(0, 3, lambda i, c: c * 0.8 + np.sin(c) * 0.1 + i * 0.01, {a})", "fori")
     elif kind == "scan":

@@ -399,12 +399,79 @@ def pairs(pos):
 
 
 def test_triangular_pair_loop():
-    """The inner loops of at least MIN_TRIPS iterations are captured, the rest traced."""
+    """A nest (tapejit/loop_source.py ``_nest``, loop_capture.run_nest): the first
+    ROWS_TRACED rows are traced, each capturing its inner loop; the other rows whose inner
+    loop has at least MIN_TRIPS iterations are built as one sum over rows of different
+    lengths; the rest (short rows) are traced."""
     n = 24
     pos = np.stack(np.meshgrid(*[np.arange(3)] * 3, indexing="ij"), -1).reshape(-1, 3)[:n]
     pos = pos * 1.5 + 0.1 * RNG.random((n, 3))
     g = against_unrolled(pairs, pos, rtol=1e-11)
-    assert g.captured[0] == n - loop_capture.MIN_TRIPS
+    assert g.captured[0] == loop_capture.ROWS_TRACED + 1
+    assert g.captured[1] == sum(n - 1 - i for i in range(n) if n - 1 - i >= loop_capture.MIN_TRIPS)
+    assert sum(x.op == "window" for x in g.nodes) >= 2  # the rows built as one (ragged) sum
+
+
+def test_pair_loop_traces_a_few_rows_whatever_the_size():
+    """Tracing a captured nest does not grow with the atoms: the same trace size at n = 40
+    and 200 (all but the short rows at the end)."""
+    sizes = []
+    for n in (40, 200):
+        pos = np.stack(np.meshgrid(*[np.arange(6)] * 3, indexing="ij"), -1).reshape(-1, 3)[:n]
+        sizes.append(len(traced(pairs, pos * 1.5 + 0.1 * RNG.random((n, 3))).nodes))
+    assert sizes[0] == sizes[1], sizes
+
+
+def nest_with_row_statements(x, w):
+    e = 0.0
+    for i in range(len(x) - 2):
+        xi = x[i] * w[i]  # a per-row value, read at the outer variable
+        for j in range(i + 2, len(x)):
+            e = e + np.exp(-((x[j] - xi) ** 2)) * w[j]
+        e = e + xi * 0.25  # a per-row term after the inner loop
+    return e
+
+
+def nest_with_the_row_as_a_number(x):
+    e = 0.0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            e = e + np.sin(x[j] - x[i]) * i  # `i` as a number: not a nest (rows differ)
+    return e
+
+
+def nest_of_a_product(x):
+    p = 1.0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            p = p * (1.0 + 0.01 * np.tanh(x[j] - x[i]))  # not a sum: rows as captured
+    return p
+
+
+def nest_of_growing_rows(x):
+    e = 0.0
+    for i in range(len(x)):
+        for j in range(i):  # the short rows come first: traced as they are
+            e = e + np.cos(x[i] - x[j])
+    return e
+
+
+@pytest.mark.parametrize(
+    "f, nest",
+    [(nest_with_the_row_as_a_number, False), (nest_of_a_product, False),
+     (nest_of_growing_rows, False)],
+)  # fmt: skip
+def test_nests_that_are_not_built_stay_exact(f, nest):
+    g = against_unrolled(f, RNG.random(26), rtol=1e-10)
+    assert any(x.op == "window" for x in g.nodes) == nest
+
+
+def test_a_nest_with_statements_around_its_inner_loop():
+    """Straight-line code before and after the inner loop, reading the row's elements: a
+    nest whose rows add two terms each (only the inner loop's sum is one per row: its
+    rows are traced as they are, exact either way)."""
+    x, w = RNG.random(30), RNG.random(30)
+    against_unrolled(nest_with_row_statements, x, w, rtol=1e-10)
 
 
 def lj_term(r2, eps=1.0):

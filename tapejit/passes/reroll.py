@@ -626,7 +626,7 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
         for k, v in stats.items():
             if k == "nodes_before":
                 total.setdefault(k, v)
-            elif k in ("iterations", "loops", "reductions", "guards"):
+            elif k in ("iterations", "loops", "reductions", "guards", "ragged"):
                 total[k] = total.get(k, 0) + v
             else:
                 total[k] = v
@@ -642,7 +642,7 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
     t0 = time.perf_counter()
     nodes = g.nodes
     stats = {"nodes_before": len(nodes), "nodes_after": len(nodes), "iterations": 0, "loops": 0,
-             "reductions": 0, "guards": 0}  # fmt: skip
+             "reductions": 0, "guards": 0, "ragged": 0}  # fmt: skip
     chains = _chains(nodes)
     if not chains:
         stats["seconds"] = time.perf_counter() - t0
@@ -713,22 +713,25 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
                 break
         _, sub, runs = best
         if best[0] < len(chain) - MIN_RUN:  # runs leave much unrolled: by shape?
+            tail, is_ragged = 0, False
             if any(n.op in (Op.SCATTER, Op.SCATTER_ADD) for n in chain[-3:]):
                 grouped = partition_writes(chain, users, table, REDUCE)
             else:
                 grouped = partition_sum(chain, users, table) if REDUCE else None
                 ragged = ragged_sum(chain, users, guarded) if REDUCE else None
-                if ragged is not None and ragged[2] > (grouped[2] if grouped else best[0]):
-                    # rows of different lengths; a tail of the chain after them (the short
-                    # rows a pair loop leaves unrolled) is another chain for the next round
-                    grouped = ragged[:3]
-                    exposed = exposed or ragged[3] >= MIN_RUN
-            if grouped is not None and grouped[2] > best[0]:
+                # rows of different lengths (the rows of a triangle), with a tail of the chain
+                # after them (the short rows a pair loop leaves unrolled) for the next round
+                if ragged is not None and ragged[2] + ragged[3] > (grouped[2] if grouped else 0):
+                    grouped, tail, is_ragged = ragged[:3], ragged[3], True
+            if grouped is not None and grouped[2] + tail > best[0]:
                 old, new, count = grouped
                 mapping[id(old)] = new
                 stats["loops"] += 1
                 stats["reductions"] += old.op not in (Op.SCATTER, Op.SCATTER_ADD)
                 stats["iterations"] += count
+                if is_ragged:
+                    stats["ragged"] += 1
+                    exposed = exposed or tail >= MIN_RUN
                 continue
         for run in runs:
             made = len(tables)

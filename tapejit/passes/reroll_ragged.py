@@ -50,7 +50,7 @@ axis, a maximum over it...) leaves the chain as it is.
 from __future__ import annotations
 
 from .. import ops
-from ..ir import Node
+from ..ir import Node, _attr_key
 from ..ops import Op
 from ..ops_window import layout_size, window, window_add
 from .reroll_match import MIN_RUN, _Fail
@@ -111,7 +111,7 @@ def _numbers(t: Node, n: Node) -> tuple:
     if t.op in _SHAPED:
         if t.attrs[1:] != n.attrs[1:] or len(t.attrs) != len(n.attrs) or not t.attrs:
             raise _Fail
-    elif t.attrs != n.attrs:
+    elif _attr_key(t.attrs) != _attr_key(n.attrs):  # (a constant's -0.0 is not its 0.0)
         raise _Fail
     if t.shape[1:] != n.shape[1:]:
         raise _Fail
@@ -245,6 +245,8 @@ def _build(tpl: Node, shared: set[int], fit: dict, lay: _Layout) -> dict[int, tu
 
 def _read(t: Node, f: tuple, lay: _Layout) -> tuple[str, Node]:
     src, items = t.args[0], t.attrs
+    if t.dtype != "f64":
+        raise _Fail  # (windows are of f64 arrays; a bool mask's rows stay as they are)
     if f[0] == "row":
         a, b = f[1]
         if b == 0:
@@ -266,6 +268,13 @@ def _op(t: Node, args: list, f: tuple | None, lay: _Layout) -> tuple[str, Node]:
     def per_k(lv: str, a: Node, shape: tuple) -> Node:
         return a if lv == "k" else ops.broadcast_to(a, (T, *shape))
 
+    def full(v: Node, shape: tuple) -> Node:
+        """``v`` (one value per row or position: ``(T,)`` or ``(P,)``) across ``shape``."""
+        if not shape:
+            return v
+        lead = v.shape[0]
+        return ops.broadcast_to(ops.reshape(v, (lead, *(1,) * len(shape))), (lead, *shape))
+
     if op == Op.CONST:  # an array constant whose first extent moves with the rows
         if level != "r":
             raise _Fail
@@ -278,7 +287,10 @@ def _op(t: Node, args: list, f: tuple | None, lay: _Layout) -> tuple[str, Node]:
             elif level == "r":
                 if lv == "same":
                     raise _Fail  # (a shared array the size of a moving row)
-                out.append(lay.ragged(a, orig))
+                a = lay.ragged(a, orig)
+                out.append(full(a, t.shape[1:]) if orig.ndim == 0 else a)
+            elif orig.ndim == 0:  # a per-row scalar of a per-row array op
+                out.append(full(per_k(lv, a, ()), t.shape))
             else:
                 out.append(per_k(lv, a, orig.shape))
         return level, ops.make(op, *out, attrs=t.attrs)
@@ -332,15 +344,12 @@ def ragged_sum(
     while k < len(chain) and chain[k].op != Op.ADD:  # the first term, where the chain starts
         k += 1
     chain = chain[k:]
-    if len(chain) < MIN_RUN + 1 or any(c.op != Op.ADD or c.shape != () for c in chain):
+    if len(chain) < MIN_RUN or any(c.op != Op.ADD or c.shape != () for c in chain):
         return None
-    terms: list[Node | None] = [None]
-    for j in range(1, len(chain)):
-        a, b = chain[j].args
-        prev = chain[j - 1]
-        if (a is prev) == (b is prev):
-            return None
-        terms.append(b if a is prev else a)
+    try:
+        terms = _terms(chain)
+    except _Fail:
+        return None
     h = _Hash()
     best = None
     m = len(chain) - 1
@@ -359,38 +368,87 @@ def ragged_sum(
     return chain[hi], new, hi - lo + 1, len(chain) - 1 - hi
 
 
-def _run(chain, terms, s, h, users, guarded):
-    tpl = terms[s]
-    first = _Pairing(tpl, terms[s + 1], h, None)
-    shared = {k for k, n in first.pair.items() if first.tnode(k) is n}
-    if any(k in guarded for k in first.pair if k not in shared):
-        raise _Fail
-    base = {k: _numbers(first.tnode(k), first.tnode(k)) for k in first.nums}
-    step = {}
-    for k, v in first.nums.items():
-        b = base[k]
-        if not b:
-            step[k] = ()
-            continue
-        if v[0] != b[0]:
-            raise _Fail
-        step[k] = tuple(x - y for x, y in zip(v[1:], b[1:]))
+class _Rows:
+    """Terms alike but for numbers affine in the row: the template ``tpl`` (row ``s``) and
+    the numbers of each of its nodes at row ``s`` and their step per row, from ``tpl`` and
+    the next row's term ``nxt``. Raises :class:`_Fail`."""
 
-    def fits(j: int, term: Node) -> bool:
+    def __init__(self, tpl: Node, nxt: Node, s: int, h: _Hash, guarded: set[int]):
+        self.tpl, self.s, self.h, self.guarded = tpl, s, h, guarded
+        first = _Pairing(tpl, nxt, h, None)
+        self.shared = {k for k, n in first.pair.items() if first.tnode(k) is n}
+        if any(k in guarded or id(n) in guarded
+               for k, n in first.pair.items() if k not in self.shared):  # fmt: skip
+            raise _Fail
+        self.base = {k: _numbers(first.tnode(k), first.tnode(k)) for k in first.nums}
+        self.step: dict[int, tuple] = {}
+        for k, v in first.nums.items():
+            b = self.base[k]
+            if not b:
+                self.step[k] = ()
+                continue
+            if v[0] != b[0]:
+                raise _Fail
+            self.step[k] = tuple(x - y for x, y in zip(v[1:], b[1:]))
+
+    def fits(self, j: int, term: Node) -> bool:
+        """Whether ``term`` is row ``j``'s: the template with its numbers at row ``j``."""
         try:
-            p = _Pairing(tpl, term, h, shared)
+            p = _Pairing(self.tpl, term, self.h, self.shared)
         except _Fail:
             return False
-        if any(id(n) in guarded for k, n in p.pair.items() if k not in shared):
+        if any(id(n) in self.guarded for k, n in p.pair.items() if k not in self.shared):
             return False
         for k, v in p.nums.items():
-            b, st = base[k], step[k]
+            b, st = self.base[k], self.step[k]
             if not b:
                 continue
-            if v[0] != b[0] or any(x != y + (j - s) * d for x, y, d in zip(v[1:], b[1:], st)):
+            if v[0] != b[0] or any(x != y + (j - self.s) * d for x, y, d in zip(v[1:], b[1:], st)):
                 return False
         return True
 
+    def build(self, lo: int, T: int) -> Node:
+        """The sum of the terms of rows ``lo .. lo + T - 1``, for all rows at once. Raises
+        :class:`_Fail` (also for rows that would read out of bounds)."""
+        fit = {}
+        for k, b in self.base.items():
+            st = self.step[k]
+            if b:
+                lo_vals = tuple(y - (self.s - lo) * d for y, d in zip(b[1:], st))
+                fit[k] = (b[0], *zip(lo_vals, st))
+        tpl = self.tpl
+        try:
+            lay = _Layout(T)
+            memo = _build(tpl, self.shared, fit, lay)
+            level, total = memo[id(tpl)]
+            if level != "k" or total.shape != (T,):
+                raise _Fail
+            x = tpl.args[0] if tpl.op == Op.REDUCE_SUM else None
+            if x is not None and memo[id(x)][0] == "r" and len(tpl.attrs[0]) == x.ndim:
+                return ops.reduce(Op.REDUCE_SUM, memo[id(x)][1], tuple(range(x.ndim)))  # over P
+            return ops.reduce(Op.REDUCE_SUM, total, (0,))
+        except (ValueError, IndexError, TypeError) as e:  # a row out of bounds (extended
+            raise _Fail from e  # rows), an operand of a kind the ops refuse
+
+
+def _terms(chain: list[Node]) -> list[Node | None]:
+    """``[None, t_1, t_2, ...]``: what ``chain[j] = chain[j-1] + t_j`` adds; raises
+    :class:`_Fail` when a chain node is not such an addition."""
+    terms: list[Node | None] = [None]
+    for j in range(1, len(chain)):
+        c, prev = chain[j], chain[j - 1]
+        if c.op != Op.ADD or c.shape != ():
+            raise _Fail
+        a, b = c.args
+        if (a is prev) == (b is prev):
+            raise _Fail
+        terms.append(b if a is prev else a)
+    return terms
+
+
+def _run(chain, terms, s, h, users, guarded):
+    rows = _Rows(terms[s], terms[s + 1], s, h, guarded)
+    fits = rows.fits
     hi = s + 1
     while hi + 1 < len(chain) and users.get(id(chain[hi]), 0) == 1 and fits(hi + 1, terms[hi + 1]):
         hi += 1
@@ -408,21 +466,21 @@ def _run(chain, terms, s, h, users, guarded):
     T = hi - lo + 1
     if T < MIN_RUN:
         return None
-    fit = {}
-    for k, b in base.items():
-        st = step[k]
-        if not b:
-            continue
-        lo_vals = tuple(y - (s - lo) * d for y, d in zip(b[1:], st))
-        fit[k] = (b[0], *zip(lo_vals, st))
-    lay = _Layout(T)
-    memo = _build(tpl, shared, fit, lay)
-    level, total = memo[id(tpl)]
-    if level != "k" or total.shape != (T,):
+    return lo, hi, ops.add(init, rows.build(lo, T))
+
+
+def extend_rows(chain: list[Node], rows: int) -> Node:
+    """The carry after ``rows`` rows of a sum over rows of different lengths of which only the
+    first few were traced (:func:`tapejit.loop_capture.run_nest`: a nest whose inner loops
+    are captured, one sum per row): ``chain[0]`` is the carry after the first row traced,
+    ``chain[j] = chain[j-1] + t_j`` after each next one. Every traced term after the first
+    must fit one template with its numbers affine in the row; the rows not traced are built
+    from it (the caller vouches, from the loop's source, that they trace the same). Raises
+    :class:`_Fail`."""
+    terms = _terms(chain)
+    if len(chain) < 4 or rows < len(chain):
         raise _Fail
-    x = tpl.args[0] if tpl.op == Op.REDUCE_SUM else None
-    if x is not None and memo[id(x)][0] == "r" and len(tpl.attrs[0]) == x.ndim:
-        summed = ops.reduce(Op.REDUCE_SUM, memo[id(x)][1], tuple(range(x.ndim)))  # over P at once
-    else:
-        summed = ops.reduce(Op.REDUCE_SUM, total, (0,))
-    return lo, hi, ops.add(init, summed)
+    fit = _Rows(terms[1], terms[2], 1, _Hash(), set())
+    if not all(fit.fits(j, terms[j]) for j in range(3, len(chain))):
+        raise _Fail
+    return ops.add(chain[0], fit.build(1, rows - 1))

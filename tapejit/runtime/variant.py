@@ -422,6 +422,7 @@ def compile_variant(
             "iterations": rerolled["iterations"] + iterations,
             "loops": rerolled["loops"] + loops,
             "guards": rerolled.get("guards", 0),
+            "ragged": rerolled.get("ragged", 0),
             "captured": {"iterations": iterations, "loops": loops},
         }
         v.stats["columns"] = {"reductions": trace_stats["columns"]["reductions"]}
