@@ -3,11 +3,13 @@ compiled to a native gradient and checked and timed against a hand-written numpy
 
     E = sum_{i<j} 4 (s_ij^2 - s_ij),   s_ij = 1 / r2_ij^3,   r2_ij = |x_j - x_i|^2
 
-Iteration i of the loop works on the N-1-i atoms after atom i: N-1 slices of different lengths.
-tapejit compiles them into one kernel function that takes the length as an argument, so compile
-time does not grow with N. ``lj_pairs`` is the same energy as a scalar loop over pairs: tracing
-runs a few iterations of each inner loop and builds the rest as a native loop (its body is
-straight-line code, so every iteration is the same), instead of running all N(N-1)/2.
+Iteration i of the loop works on the N-1-i atoms after atom i: N-1 rows of different lengths.
+tapejit re-rolls them into one computation over all the pairs, stored row after row (a ragged
+layout), compiled to a double loop over the rows and their pairs, so compile time does not
+grow with N. ``lj_pairs`` is the same energy as a scalar loop over pairs: tracing runs a few
+rows of the nest (each inner loop traced for a few pairs and built as a sum) and builds the
+other rows from them, instead of running all N(N-1)/2 pairs; the short rows at the end run as
+written.
 
     python examples/pair_potential.py [N]
 """

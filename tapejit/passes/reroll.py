@@ -102,7 +102,7 @@ read of an intermediate carry becomes a row of them, and another round of the pa
 
 Not re-rolled (left as they are): chains whose iterations read other elements of the carried
 array (``y[i] = y[i-2] + ...``), non-affine indices (``x[i*i]``, ``x[idx[i]]`` with a numpy
-``idx``), sliding windows (``x[i:i+3]``), two varying axes (``x[i, i]``), several accumulators
+``idx``), sliding windows (``x[i:i+3]``; in a sum they re-roll as rows, see below), two varying axes (``x[i, i]``), several accumulators
 that feed each other through more than the stored value (the one that reads the other stays
 unrolled), iterations whose guards did not roll (a guard on a loop-carried value, two guards
 an iteration, see :mod:`tapejit.passes.reroll_guards`), and
@@ -110,8 +110,14 @@ loops over fewer than :data:`MIN_RUN` iterations — except a run of at least
 :data:`MIN_SHORT_RUN` whose body is that of a run of :data:`MIN_RUN` or more in the same trace
 (the short rows at the end of a triangular nest ``for j in range(i + 1, n)``: their loops share
 the long rows' kernel functions, where unrolled they were straight-line code, most of the
-nest's compile time). Nested Python loops: the innermost loop is re-rolled (each outer
-iteration keeps its own loop node).
+nest's compile time). Nested Python loops: the innermost loop is re-rolled first; a round that
+re-rolls many loops asks for another (:data:`ROUNDS`), in which the outer loop's chain of row
+sums is one chain like any other.
+
+**Rows of different lengths.** A sum whose terms differ in the lengths of their rows
+(``d = pos[i + 1:] - pos[i]``, and a pair loop's rows once their inner loops are sums) is not
+a run of this matcher (types differ); :func:`tapejit.passes.reroll_ragged.ragged_sum` rebuilds
+it as one sum over a ragged layout (``window``, :mod:`tapejit.ops_window`).
 """
 
 from __future__ import annotations
