@@ -371,3 +371,22 @@ def test_per_row_scalars_and_masks(f):
 def test_sixteen_rows_are_enough():
     stats, r = check(lj_rows, lattice(17))
     assert stats["ragged"] == 1 and stats["iterations"] == 16
+
+
+def morse_pairs(pos):
+    n = len(pos)
+    e = 0.0
+    for i in range(n - 1):
+        for j in range(i + 1, n):
+            r = np.sqrt(np.sum((pos[i] - pos[j]) ** 2))  # a term that reduces a row
+            e += (1.0 - np.exp(-1.5 * (r - 1.2))) ** 2
+    return e
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_terms_that_reduce_a_row_are_sums_then_rows(capture):
+    """Each inner loop's terms reduce a 3-vector: a sum of vectorised terms (not a loop per
+    row), so the rows then re-roll as one ragged sum."""
+    stats, r = check(morse_pairs, lattice(40), capture=capture)
+    assert len({w.attrs[:3] for w in windows(r)}) == 1
+    assert not any(x.op == Op.LOOP for x in r.nodes)

@@ -133,7 +133,7 @@ from ..ir import Graph, Node, Type, substitute
 from ..ops import Op
 from ..progress import log
 from .reroll_guards import roll_guards
-from .reroll_ragged import ragged_sum
+from .reroll_ragged import per_row_builder, ragged_sum
 from .reroll_sums import partition_sum, partition_writes
 from .reroll_match import (  # noqa: F401  (MIN_RUN, MIN_SHORT_RUN: the documented thresholds)
     MIN_RUN,
@@ -284,28 +284,30 @@ def _build_reduction(
             return None
     vec: dict[int, Node] = {}
 
+    rows = per_row_builder(T)
+
     def vectorised(R: Node) -> Node | None:
+        """``R`` of every iteration at once: ``(T, *R.shape)``, or ``R`` itself when it is
+        the same in every iteration; ``None`` for what cannot be (a loop, a scatter...)."""
         got = vec.get(id(R))
         if got is not None:
             return got
         kind = kinds.get(id(R))
         out: Node | None = None
-        if R.type.shape != ():
-            return None
         if kind == "same":
             out = R
         elif kind == "xs":
             out = _read_sequence(run, R, T, table)
         elif kind == "cseq":
             out = tables[id(R)]
-        elif kind == "node" and R.op in ops.ELEMENTWISE:
+        elif kind == "node":
             args = [vectorised(a) for a in R.args]
             if any(a is None for a in args):
                 return None
             if all(a is b for a, b in zip(args, R.args)):
                 out = R  # the same in every iteration
-            else:
-                out = ops.make(R.op, *ops._bcast(*args), attrs=R.attrs)
+            else:  # elementwise ops, broadcasts, reductions and static indexing of rows
+                out = rows(R, [("same" if a is b else "k", a) for a, b in zip(args, R.args)])
         if out is not None:
             vec[id(R)] = out
         return out

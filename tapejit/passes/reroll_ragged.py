@@ -321,10 +321,29 @@ def _op(t: Node, args: list, f: tuple | None, lay: _Layout) -> tuple[str, Node]:
         if op != Op.REDUCE_SUM:
             raise _Fail
         return "k", window_add(ops.const(0.0, (T, *y.shape[1:])), y, (*lay.attrs, 0, 1, 0))
-    if op == Op.INDEX and level == "k" and f is not None and f[0] == "row" and f[1][1] == 0:
+    if op == Op.INDEX and level == "k" and (f is None or (f[0] == "row" and f[1][1] == 0)):
         ((lv, x),) = args
         return "k", ops.index(per_k(lv, x, t.args[0].shape), ((0, T, 1), *t.attrs))
     raise _Fail
+
+
+def per_row_builder(T: int):
+    """``build(node, args)``: template ``node`` of ``T`` iterations at once from its operands
+    (``(level, node)`` pairs, level ``"same"`` for an operand the same in every iteration and
+    ``"k"`` for one built as ``(T, *shape)``): the ``(T, *node.shape)`` array, or ``None``
+    when it is not an elementwise op, a broadcast, a reduction or a static index. The sums of
+    :mod:`tapejit.passes.reroll` build their terms with it (terms that reduce a row: ``r =
+    np.sqrt(np.sum(d ** 2))`` of a 3-vector ``d``)."""
+    lay = _Layout(T)
+
+    def build(node: Node, args: list) -> Node | None:
+        try:
+            level, out = _op(node, args, None, lay)
+        except (_Fail, ValueError, IndexError, TypeError):
+            return None
+        return out if level == "k" else None
+
+    return build
 
 
 # ----------------------------------------------------------------------------------------------
