@@ -390,3 +390,31 @@ def test_terms_that_reduce_a_row_are_sums_then_rows(capture):
     stats, r = check(morse_pairs, lattice(40), capture=capture)
     assert len({w.attrs[:3] for w in windows(r)}) == 1
     assert not any(x.op == Op.LOOP for x in r.nodes)
+
+
+def dot_pairs(pos, w):
+    n = len(pos)
+    e = 0.0
+    for i in range(n - 1):
+        for j in range(i + 1, n):
+            d = pos[j] - pos[i]
+            r2 = np.dot(d, d)  # a (1, 3) @ (3,) product per pair
+            e = e + np.exp(-r2) * np.dot(w, d) ** 2  # and a shared vector times the row
+    return e
+
+
+def matrix_rows(x, m):
+    e = 0.0
+    for i in range(len(x)):
+        v = m @ x[i]  # a shared matrix times each row
+        e = e + np.sum(np.tanh(v) * x[i, :2])
+    return e
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_products_in_terms_are_vectorised(capture):
+    stats, r = check(dot_pairs, lattice(30), RNG.normal(size=3), capture=capture)
+    assert windows(r) and not any(x.op == Op.LOOP for x in r.nodes)
+    stats, r = check(matrix_rows, RNG.normal(size=(40, 3)), RNG.normal(size=(2, 3)),
+                     capture=capture)  # fmt: skip
+    assert not any(x.op == Op.LOOP for x in r.nodes)

@@ -321,6 +321,31 @@ def _op(t: Node, args: list, f: tuple | None, lay: _Layout) -> tuple[str, Node]:
         if op != Op.REDUCE_SUM:
             raise _Fail
         return "k", window_add(ops.const(0.0, (T, *y.shape[1:])), y, (*lay.attrs, 0, 1, 0))
+    if op == Op.RESHAPE and level == "k":
+        ((lv, x),) = args
+        return "k", ops.reshape(per_k(lv, x, t.args[0].shape), (T, *t.shape))
+    if op == Op.RESHAPE and t.ndim and t.args[0].ndim and t.shape[0] == t.args[0].shape[0]:
+        ((lv, x),) = args  # ragged rows reshaped within each position: (L, 3) -> (L, 1, 3)
+        return "r", ops.reshape(x, (lay.P, *t.shape[1:]))
+    if op == Op.TRANSPOSE and (level == "k" or t.attrs[0][0] == 0):
+        ((lv, x),) = args  # the rows (positions) stay the first axis
+        x = per_k(lv, x, t.args[0].shape) if level == "k" else x
+        perm = (0, *(p + 1 for p in t.attrs[0])) if level == "k" else t.attrs[0]
+        return level, ops.transpose(x, perm)
+    if op == Op.MATMUL:
+        sa, sb = t.args[0].shape, t.args[1].shape
+        if level == "k":
+            return "k", _matmul_rows(sa, sb, t.shape, args, T, per_k)
+        (la, a), (lb, b) = args
+        if la != "r" or lb == "r" or len(sa) != 2:
+            raise _Fail  # (only rows of a ragged matrix times a per-row or shared operand)
+
+        def per_position(lv: str, v: Node, shape: tuple) -> Node:
+            return v if lv == "k" else ops.broadcast_to(v, (lay.P, *shape))
+
+        # each position is a row of the ragged matrix: (P, k) times b, per-row b spread
+        b_lv = ("k", lay.spread(b)) if lb == "k" else (lb, b)
+        return "r", _matmul_rows(sa[1:], sb, t.shape[1:], [("k", a), b_lv], lay.P, per_position)
     if op == Op.INDEX and level == "k" and (f is None or (f[0] == "row" and f[1][1] == 0)):
         ((lv, x),) = args
         return "k", ops.index(per_k(lv, x, t.args[0].shape), ((0, T, 1), *t.attrs))
@@ -344,6 +369,32 @@ def per_row_builder(T: int):
         return out if level == "k" else None
 
     return build
+
+
+def _matmul_rows(sa: tuple, sb: tuple, out: tuple, args: list, T: int, per_k) -> Node:
+    """``a @ b`` (of shapes ``sa``, ``sb``, product ``out``) of every row at once (see
+    :func:`_op`): a matrix the same in every row times rows of vectors or matrices is one
+    ``matmul``; rows times rows are products summed over the contracted axis (``np.dot(d,
+    d)`` of 3-vectors). ``T``: the rows (or a ragged layout's positions); ``per_k(level, node,
+    shape)``: an operand as ``(T, *shape)``."""
+    (la, a), (lb, b) = args
+    if la == "k" and lb == "same":  # (T, [m,] k) @ (k[, n])
+        flat = ops.reshape(a, (T * (sa[0] if len(sa) == 2 else 1), sa[-1]))
+        return ops.reshape(ops.matmul(flat, b), (T, *out))
+    if la == "same" and lb == "k" and len(sb) == 1:  # (m, k) @ rows of (k,)
+        return ops.matmul(b, ops.transpose(a)) if len(sa) == 2 else ops.matmul(b, a)
+    a, b = per_k(la, a, sa), per_k(lb, b, sb)
+    if len(sa) == 2 and len(sb) == 1:  # (T, m, k) * (T, 1, k), summed over k
+        return ops.reduce(Op.REDUCE_SUM, ops.mul(a, _expand(b, (T, 1, sb[0]), (T, *sa))), (2,))
+    if len(sa) == 1 and len(sb) == 1:  # (T, k) * (T, k), summed over k (a position's dot)
+        return ops.reduce(Op.REDUCE_SUM, ops.mul(a, b), (1,))
+    if len(sa) == 1 and len(sb) == 2:  # (T, k, 1) * (T, k, n), summed over k
+        return ops.reduce(Op.REDUCE_SUM, ops.mul(_expand(a, (T, sa[0], 1), (T, *sb)), b), (1,))
+    raise _Fail
+
+
+def _expand(v: Node, unit: tuple, shape: tuple) -> Node:
+    return ops.broadcast_to(ops.reshape(v, unit), shape)
 
 
 # ----------------------------------------------------------------------------------------------
