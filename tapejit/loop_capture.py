@@ -193,45 +193,45 @@ ROWS_TRACED = 5
 
 def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, invariants: tuple = (),
              helpers: tuple = ()) -> tuple:  # fmt: skip
-    """The nest ``for v in it: carries = body(v, *carries)`` whose body runs one inner loop
-    over ``inner(v)`` (a ``range`` whose bounds are affine in ``v``; see
-    ``loop_source._Rewriter._nest``), captured when it can be: the carries after it.
+    """The nest ``for v in it: carries = body(v, *carries)`` whose body runs inner loops over
+    the ranges ``inner(v)`` (see ``loop_source._Rewriter._nest``), captured when it can be:
+    the carries after it.
 
-    While the inner loops are long enough to be captured (:data:`MIN_TRIPS`), each row
-    traces to the carry plus one sum over a row of different length; :data:`ROWS_TRACED`
-    rows are traced, and the rows after them, up to the last with such an inner loop, are
-    built as one sum over all of them (:func:`tapejit.passes.reroll_ragged.extend_rows`,
-    with sums reassociated, so only with :data:`tapejit.passes.reroll.REDUCE`). The traced
-    rows must record no guard and no conversion error, each capture its inner loop, and
-    their terms fit one template with every number affine in the row; the rows built must
-    stay in bounds. Otherwise, and for the rows after, the loop runs as written."""
+    Where the inner loops are long enough to be captured (:data:`MIN_TRIPS` iterations each)
+    and their bounds move by a fixed step from row to row, each row traces to the carry plus
+    one sum per inner loop over a row whose length moves by a fixed step: the rows before run
+    as written, :data:`ROWS_TRACED` rows are traced, the others up to the last such row are
+    built as one sum over all of them (:func:`tapejit.passes.reroll_ragged.extend_rows`; sums
+    are reassociated, so only with :data:`tapejit.passes.reroll.REDUCE`), and the rows after
+    run as written. The traced rows must record no guard and no conversion error, capture
+    each inner loop, and their terms fit one template with every number affine in the row;
+    the rows built must stay in bounds. Otherwise the loop runs as written."""
     if not (reroll.REDUCE and len(carries) == 1 and _capturable(carries, tuple, (), invariants, helpers)):
         return _run(it, body, carries)
     try:
-        ranges = [inner(v) for v in it]
+        bounds = [inner(v) for v in it]
     except Exception:  # noqa: BLE001 - the loop as written raises it where Python would
         return _run(it, body, carries)
-    rows = 0
-    while rows < len(it) and type(ranges[rows]) is range and len(ranges[rows]) >= MIN_TRIPS:
-        rows += 1
-    if rows < max(ROWS_TRACED + 2, reroll.MIN_RUN):
+    lo, hi = _regular_rows(bounds)
+    if hi - lo < max(ROWS_TRACED + 2, reroll.MIN_RUN):
         return _run(it, body, carries)
+    carries = _run(it[:lo], body, carries)
     st = tracing._current.items[0]
     guards, conversion, captured = len(st.guards), st.conversion_error, st.captured[0]
     history = []
-    for k in range(ROWS_TRACED):
+    for k in range(lo, lo + ROWS_TRACED):
         carries = body(it[k], *carries)
         history.append(carries[0])
     ok = (
         len(st.guards) == guards
         and st.conversion_error is conversion
-        and st.captured[0] == captured + ROWS_TRACED
+        and st.captured[0] == captured + ROWS_TRACED * len(bounds[lo])
         and all(type(t) is tracing.Tracer and t.level == 1 and t._view is None
                 and t.node.shape == () and t.node.dtype == "f64" for t in history)
     )  # fmt: skip
     if ok:
         try:
-            node = reroll_ragged.extend_rows([t.node for t in history], rows)
+            node = reroll_ragged.extend_rows([t.node for t in history], hi - lo)
         except _Fail:
             node = None
         except Exception:  # noqa: BLE001 - a bug here must not change a result: run the loop
@@ -239,10 +239,43 @@ def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, invaria
             node = None
         if node is not None:
             st.captured[0] += 1
-            st.captured[1] += sum(len(r) for r in ranges[ROWS_TRACED:rows])
+            st.captured[1] += sum(len(r) for rs in bounds[lo + ROWS_TRACED : hi] for r in rs)
             carries = (tracing.Tracer(node, tracing._UNSET, 1),)
-            return _run(it[rows:], body, carries)
-    return _run(it[ROWS_TRACED:], body, carries)
+            return _run(it[hi:], body, carries)
+    return _run(it[lo + ROWS_TRACED :], body, carries)
+
+
+def _regular_rows(bounds: list) -> tuple[int, int]:
+    """``(lo, hi)``: the longest stretch of rows whose inner ranges (``bounds[r]``, a tuple per
+    row) all have at least :data:`MIN_TRIPS` iterations and whose starts, stops and steps
+    each move by a fixed step from row to row."""
+    good = [
+        all(type(r) is range and len(r) >= MIN_TRIPS for r in rs) and len(rs) == len(bounds[0])
+        for rs in bounds
+    ]
+    best, r = (0, 0), 0
+    while r < len(bounds):
+        if not good[r]:
+            r += 1
+            continue
+        lo, hi = r, r + 1
+        while hi < len(bounds) and good[hi] and (hi - lo < 2 or _steady(bounds, lo, hi)):
+            hi += 1
+        if hi - lo > best[1] - best[0]:
+            best = (lo, hi)
+        r = hi
+    return best
+
+
+def _steady(bounds: list, lo: int, r: int) -> bool:
+    """Whether row ``r``'s ranges continue rows ``lo`` and ``lo + 1``'s by a fixed step."""
+    t = r - lo
+    for a, b, c in zip(bounds[lo], bounds[lo + 1], bounds[r]):
+        for f in ("start", "stop", "step"):
+            v0, v1 = getattr(a, f), getattr(b, f)
+            if getattr(c, f) != v0 + t * (v1 - v0):
+                return False
+    return True
 
 
 def prepare(f: Callable) -> Callable:
@@ -252,7 +285,7 @@ def prepare(f: Callable) -> Callable:
         return f
     return loop_source.rewrite(
         f, {"_tj_for": run_loop, "_tj_read": read, "_tj_all": ALL, "_tj_can": can_capture,
-            "_tj_nest": run_nest},
+            "_tj_nest": run_nest, "_tj_min": min, "_tj_max": max},
     )
 
 

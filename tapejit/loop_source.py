@@ -73,7 +73,7 @@ CALLS = frozenset(
 )
 
 _OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
-_HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can", "_tj_nest")
+_HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can", "_tj_nest", "_tj_min", "_tj_max")
 #: Built-ins that let code read or change a function's variables by name: a function using
 #: any of them is never rewritten (its loop's temporaries would not be where it looks).
 _INTROSPECTION = frozenset({"eval", "exec", "locals", "vars", "globals", "dir", "__import__"})
@@ -350,8 +350,8 @@ class _Rewriter(ast.NodeTransformer):
         if self.handlers or node.orelse or not isinstance(node.target, ast.Name):
             return node
         if any(isinstance(n, (ast.For, ast.While)) for st in node.body for n in ast.walk(st)):
-            if self.count == count + 1:  # one inner loop, rewritten: a nest of two?
-                return self._nest(original, node)
+            if self.count > count:  # inner loops rewritten: a nest of two levels?
+                return self._nest(original, node, self.count - count)
             return node
         try:
             loop = _Loop(node, self.modules, self.f_locals, self.pure)
@@ -411,16 +411,17 @@ class _Rewriter(ast.NodeTransformer):
         return out
 
 
-    def _nest(self, original: ast.For, node: ast.For):
-        """A loop whose body is straight-line code around one capturable inner loop over a
-        ``range`` whose bounds are affine in the outer variable (``for i in range(n): for j
-        in range(i + 1, n): ...``), rewritten as ::
+    def _nest(self, original: ast.For, node: ast.For, rewritten: int):
+        """A loop whose body is straight-line code around capturable inner loops over
+        ranges whose bounds are affine in the outer variable (``for i in range(n): for j
+        in range(i + 1, n): ...``; the two loops of a skip, :class:`_SplitSkips`), rewritten
+        as ::
 
             def _tj_body_k(i, *carries): <body, its inner loop rewritten>; return carries
             _tj_it_k = <iterable>
             if _tj_can(_tj_it_k):
-                carries = _tj_nest(_tj_it_k, _tj_body_k, carries, lambda i: <inner range>,
-                                   invariants, helpers)
+                carries = _tj_nest(_tj_it_k, _tj_body_k, carries,
+                                   lambda i: (<inner ranges>,), invariants, helpers)
             else:
                 for i in _tj_it_k: <body, its inner loop rewritten>
 
@@ -431,8 +432,10 @@ class _Rewriter(ast.NodeTransformer):
         reads and in the inner range's bounds, never as a number), and it writes no array.
         The node as rewritten by the inner loop's capture when it is not such a nest."""
         try:
-            loop, inner_range = _nest_loop(original, self.modules, self.f_locals, self.pure)
+            loop, ranges = _nest_loop(original, self.modules, self.f_locals, self.pure)
         except _NotCapturable:
+            return node
+        if len(ranges) != rewritten:  # an inner loop left as written: not a nest
             return node
         if not loop_scopes.private(self.fn, node, [loop.var, *loop.temps]):
             return node
@@ -450,7 +453,7 @@ class _Rewriter(ast.NodeTransformer):
         inner = ast.Lambda(
             ast.arguments(posonlyargs=[], args=[ast.arg(loop.var)], vararg=None, kwonlyargs=[],
                           kw_defaults=[], kwarg=None, defaults=[]),
-            copy.deepcopy(inner_range),
+            ast.Tuple([copy.deepcopy(r) for r in ranges], ast.Load()),
         )  # fmt: skip
         call = ast.Call(
             ast.Name("_tj_nest", ast.Load()),
@@ -476,46 +479,164 @@ class _Rewriter(ast.NodeTransformer):
 
 
 def _nest_loop(outer: ast.For, modules: set[str], f_locals: set[str],
-               pure: frozenset) -> tuple[_Loop, ast.expr]:  # fmt: skip
+               pure: frozenset) -> tuple[_Loop, list[ast.expr]]:  # fmt: skip
     """The outer loop of a nest (see ``_Rewriter._nest``) checked as one loop over its
-    variable — its body with the inner loop's body in the inner loop's place, the inner
-    variable a name it does not assign — and the inner loop's ``range(...)``. Raises
-    :class:`_NotCapturable`."""
+    variable — its body with each inner loop's body in that loop's place, the inner variables
+    names it does not assign — and the inner loops' ranges (bounds affine in the
+    outer variable, or the ``_tj_min``/``_tj_max`` of such that :class:`_SplitSkips` writes;
+    the rows' ranges are checked when the nest runs). Raises :class:`_NotCapturable`."""
     if not isinstance(outer.target, ast.Name) or outer.orelse:
         raise _NotCapturable
     fors = [st for st in outer.body if isinstance(st, ast.For)]
-    if len(fors) != 1:
-        raise _NotCapturable
-    inner = fors[0]
-    if (
-        inner.orelse
-        or not isinstance(inner.target, ast.Name)
-        or any(isinstance(n, (ast.For, ast.While)) for st in inner.body for n in ast.walk(st))
-    ):
-        raise _NotCapturable
-    rng = inner.iter
-    if not (
-        isinstance(rng, ast.Call) and isinstance(rng.func, ast.Name) and rng.func.id == "range"
-        and 1 <= len(rng.args) <= 3 and not rng.keywords
-        and not any(isinstance(a, ast.Starred) for a in rng.args)
-    ):  # fmt: skip
+    if not fors or len(fors) > 2:
         raise _NotCapturable
     body: list[ast.stmt] = []
     for st in outer.body:
-        body.extend(inner.body if st is inner else [st])
-    rows = ast.For(outer.target, outer.iter, body, [])
-    loop = _Loop(rows, modules, f_locals, pure)
-    j = inner.target.id
-    if loop.writes or j == loop.var or j in loop.rebound or "range" in f_locals:
+        body.extend(st.body if isinstance(st, ast.For) else [st])
+    loop = _Loop(ast.For(outer.target, outer.iter, body, []), modules, f_locals, pure)
+    if loop.writes or "range" in f_locals:
         raise _NotCapturable
-    for a in rng.args:
-        if loop.var in _names(a):
-            loop._affine(a)
-        else:
-            loop._invariant(a)
-    loop.temps.append(j)
-    loop.invariants = [v for v in loop.invariants if v != j]
-    return loop, rng
+    ranges = []
+    for inner in fors:
+        rng = inner.iter
+        if (
+            inner.orelse
+            or not isinstance(inner.target, ast.Name)
+            or any(isinstance(n, (ast.For, ast.While)) for st in inner.body for n in ast.walk(st))
+            or not (isinstance(rng, ast.Call) and isinstance(rng.func, ast.Name)
+                    and rng.func.id == "range" and 1 <= len(rng.args) <= 3 and not rng.keywords
+                    and not any(isinstance(a, ast.Starred) for a in rng.args))
+        ):  # fmt: skip
+            raise _NotCapturable
+        j = inner.target.id
+        if j == loop.var or j in loop.rebound:
+            raise _NotCapturable
+        for a in rng.args:
+            _bound(loop, a)
+        ranges.append(rng)
+        if j not in loop.temps:
+            loop.temps.append(j)
+    inner_vars = {f.target.id for f in fors}
+    loop.invariants = [v for v in loop.invariants if v not in inner_vars]
+    return loop, ranges
+
+
+def _bound(loop: _Loop, e: ast.expr) -> None:
+    """A range bound: affine in the loop variable, invariant, or ``_tj_min``/``_tj_max`` of
+    such (a skip split in two, :class:`_SplitSkips`)."""
+    if (isinstance(e, ast.Call) and isinstance(e.func, ast.Name)
+            and e.func.id in ("_tj_min", "_tj_max") and not e.keywords):  # fmt: skip
+        for a in e.args:
+            _bound(loop, a)
+    elif loop.var in _names(e):
+        loop._affine(e)
+    else:
+        loop._invariant(e)
+
+
+class _SplitSkips(ast.NodeTransformer):
+    """``for j in range(a, b): if j != i: BODY`` (``i != j``; or ``if j == i: continue`` then
+    ``BODY``) as the two loops ``for j in range(a, _tj_min(i, b)): BODY`` and ``for j in
+    range(_tj_max(i + 1, a), b): BODY`` — the same iterations in the same order, whatever
+    ``i`` is — so that each is straight-line code (and a pair loop over all ``j != i`` a nest of
+    two rows: before and after the diagonal). Only where that is exactly the loop as written:
+    ``a`` and ``b`` names, numbers, ``len`` and shapes that ``BODY`` does not assign (they are
+    evaluated twice), ``i`` and ``j`` not assigned in ``BODY``, no ``break`` or ``continue``
+    in it, and ``j`` not read after the loop (:func:`tapejit.loop_scopes.private`)."""
+
+    def __init__(self, fn: ast.FunctionDef):
+        self.fn = fn
+        self.count = 0
+
+    def visit_FunctionDef(self, node):
+        return node if node is not self.fn else self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+    def visit_For(self, node: ast.For):
+        self.generic_visit(node)
+        split = _skip(node)
+        if split is None or not loop_scopes.private(self.fn, node, [node.target.id]):
+            return node
+        a, b, i, body = split
+        first = ast.For(copy.deepcopy(node.target), _range(a, _call("_tj_min", i, b)), body, [])
+        after = ast.BinOp(copy.deepcopy(i), ast.Add(), ast.Constant(1))
+        second = ast.For(copy.deepcopy(node.target), _range(_call("_tj_max", after, a),
+                         copy.deepcopy(b)), copy.deepcopy(body), [])  # fmt: skip
+        for st in (first, second):
+            ast.copy_location(st, node)
+            for n in ast.walk(st):
+                if not hasattr(n, "lineno") or n.lineno is None:
+                    ast.copy_location(n, node)
+        self.count += 1
+        return [first, second]
+
+
+def _call(name: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(ast.Name(name, ast.Load()), [copy.deepcopy(a) for a in args], [])
+
+
+def _range(start: ast.expr, stop: ast.expr) -> ast.Call:
+    return ast.Call(ast.Name("range", ast.Load()), [start, stop], [])
+
+
+def _skip(node: ast.For):
+    """``(a, b, i, BODY)`` of a loop :class:`_SplitSkips` splits, else ``None``."""
+    if node.orelse or not isinstance(node.target, ast.Name):
+        return None
+    j = node.target.id
+    it = node.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+            and len(it.args) in (1, 2) and not it.keywords):  # fmt: skip
+        return None
+    a, b = (ast.Constant(0), it.args[0]) if len(it.args) == 1 else it.args
+    first, rest = node.body[0], node.body[1:]
+    i = None
+    if isinstance(first, ast.If) and not first.orelse and not rest:
+        i, body = _other(first.test, j, ast.NotEq), first.body
+    elif (isinstance(first, ast.If) and not first.orelse and len(first.body) == 1
+          and isinstance(first.body[0], ast.Continue) and rest):  # fmt: skip
+        i, body = _other(first.test, j, ast.Eq), rest
+    if i is None:
+        return None
+    assigned = {n.id for st in body for n in ast.walk(st)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}  # fmt: skip
+    if i.id in assigned or j in assigned or (_names(a) | _names(b)) & assigned:
+        return None
+    if any(isinstance(n, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom))
+           for st in body for n in ast.walk(st)):  # fmt: skip
+        return None
+    if not all(_plain(e) for e in (a, b)):
+        return None
+    return a, b, i, body
+
+
+def _other(test: ast.expr, j: str, op: type) -> ast.Name | None:
+    """``i`` of ``j <op> i`` or ``i <op> j`` (names), else ``None``."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], op)):
+        return None
+    left, right = test.left, test.comparators[0]
+    if not (isinstance(left, ast.Name) and isinstance(right, ast.Name)) or left.id == right.id:
+        return None
+    if left.id == j:
+        return right
+    return left if right.id == j else None
+
+
+def _plain(e: ast.expr) -> bool:
+    """Names, numbers, arithmetic, ``len(name)`` and ``name.shape[k]``: evaluated twice, the
+    same both times."""
+    for n in ast.walk(e):
+        if isinstance(n, ast.Call):
+            if not (isinstance(n.func, ast.Name) and n.func.id == "len" and len(n.args) == 1
+                    and isinstance(n.args[0], ast.Name)):  # fmt: skip
+                return False
+        elif not isinstance(n, (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator,
+                                ast.unaryop, ast.Load, ast.Attribute, ast.Subscript)):  # fmt: skip
+            return False
+        elif isinstance(n, ast.Attribute) and n.attr not in ("shape", "size", "ndim"):
+            return False
+    return True
 
 
 class _Reads(ast.NodeTransformer):
@@ -563,9 +684,11 @@ def _rewritten_code(code: types.CodeType, source: str, modules: frozenset,
     if any(isinstance(n, ast.Attribute) and n.attr in _FRAME_ATTRIBUTES for n in ast.walk(fn)):
         return None
     f_locals = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
+    skips = _SplitSkips(fn)
+    skips.visit(fn)
     rw = _Rewriter(fn, {m for m in modules if m not in f_locals}, f_locals, pure)
     rw.visit(fn)
-    if not rw.count:
+    if not rw.count and not skips.count:
         return None
     new = source_code.compile_function(fn, code, [*code.co_freevars, *_HELPERS], imported)
     return _renamed_bodies(new, code.co_name, code.co_qualname)

@@ -459,9 +459,9 @@ def nest_of_growing_rows(x):
 @pytest.mark.parametrize(
     "f, nest",
     [(nest_with_the_row_as_a_number, False), (nest_of_a_product, False),
-     (nest_of_growing_rows, False)],
+     (nest_of_growing_rows, True)],  # (growing: the rows from the 8th on, built)
 )  # fmt: skip
-def test_nests_that_are_not_built_stay_exact(f, nest):
+def test_nests_built_or_not_stay_exact(f, nest):
     g = against_unrolled(f, RNG.random(26), rtol=1e-10)
     assert any(x.op == "window" for x in g.nodes) == nest
 
@@ -1194,3 +1194,64 @@ def test_reads_through_containers_are_evaluated_as_python_does():
     for capture in (True, False):
         with pytest.raises(tracing.TracingError, match="out of bounds"):
             traced(missing, x, capture=capture)
+
+
+def all_pairs(pos):
+    n = pos.shape[0]
+    e = 0.0
+    for i in range(n):
+        for j in range(n):
+            if i != j:  # every ordered pair: split at the diagonal into two loops
+                d = pos[j] - pos[i]
+                s = 1.0 / np.dot(d, d) ** 3
+                e = e + 2.0 * (s * s - s)
+    return e
+
+
+def all_pairs_continue(x):
+    e = 0.0
+    for i in range(len(x)):
+        for j in range(len(x)):
+            if j == i:
+                continue
+            e = e + np.exp(-((x[j] - x[i]) ** 2)) * x[i]
+    return e
+
+
+def skip_outside_the_range(x):
+    e = 0.0
+    for i in range(len(x)):
+        for j in range(2, len(x) - 3):  # i outside [2, n-3) for some rows: nothing skipped
+            if j != i:
+                e = e + np.sin(x[j] * x[i])
+    return e
+
+
+def skip_variable_read_after(x):
+    e = 0.0
+    j = 0
+    for i in range(len(x)):
+        for j in range(len(x)):
+            if i != j:
+                e = e + np.cos(x[j] - x[i])
+    return e + j  # the last j: the loop stays as written
+
+
+@pytest.mark.parametrize("f", [all_pairs_continue, skip_outside_the_range, skip_variable_read_after])
+def test_skips_of_the_diagonal(f):
+    g = against_unrolled(f, RNG.random(40), rtol=1e-10)
+    built = any(x.op == "window" for x in g.nodes)
+    assert built == (f is not skip_variable_read_after)
+
+
+def test_all_ordered_pairs_trace_a_few_rows():
+    """``for i: for j: if i != j`` is two loops per row (before and after the diagonal): the
+    rows where both are long are a nest, built from 5 traced rows; the trace does not grow."""
+    sizes = []
+    for n in (40, 120):
+        pos = np.stack(np.meshgrid(*[np.arange(5)] * 3, indexing="ij"), -1).reshape(-1, 3)[:n]
+        pos = pos * 1.5 + 0.1 * RNG.random((n, 3))
+        g = traced(all_pairs, pos)
+        sizes.append(len(g.nodes))
+    assert sizes[0] == sizes[1], sizes
+    against_unrolled(all_pairs, pos[:30], rtol=1e-10)

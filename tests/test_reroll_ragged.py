@@ -303,10 +303,16 @@ def branchy(x):
     return e
 
 
-@pytest.mark.parametrize("f", [every_other, branchy])
-def test_loops_left_as_they_are_stay_exact(f):
-    stats, r = check(f, RNG.normal(size=30))
+def test_loops_left_as_they_are_stay_exact():
+    stats, r = check(branchy, RNG.normal(size=30))
     assert not windows(r)
+
+
+def test_lengths_that_move_every_other_row_are_two_sums():
+    """``x[i + 1::2]``: the lengths ``ceil((n-1-i)/2)`` move by one every second row, so the
+    even rows and the odd rows are each a ragged sum (ragged_groups)."""
+    stats, r = check(every_other, RNG.normal(size=30))
+    assert len({w.attrs[:3] for w in windows(r)}) == 2
 
 
 def test_native_gradient_of_the_pair_loop_matches_the_hand_gradient():
@@ -356,9 +362,13 @@ def masked_rows(p):
 
 
 def test_signed_zero_constants_are_not_one_template():
+    """Rows alternate a 0.0 and a -0.0 constant: never one template (a wrong value once), but
+    every second row is (two ragged sums, each with its own constant)."""
     x, w = RNG.normal(size=24), RNG.normal(size=24)
     _, r = check(signed_zeros, x, w)
-    assert not windows(r)
+    consts = {n.attrs[0] for n in r.nodes if n.op == Op.CONST and n.shape and n.attrs[0] == 0.0}
+    assert -1.0 in {np.copysign(1.0, c) for c in consts}  # the -0.0 rows kept their constant
+    assert len({w.attrs[:3] for w in windows(r)}) == 2
 
 
 @pytest.mark.parametrize("f", [row_scalar_times_rows, row_times_row_scalar, masked_rows])
@@ -418,3 +428,20 @@ def test_products_in_terms_are_vectorised(capture):
     stats, r = check(matrix_rows, RNG.normal(size=(40, 3)), RNG.normal(size=(2, 3)),
                      capture=capture)  # fmt: skip
     assert not any(x.op == Op.LOOP for x in r.nodes)
+
+
+def all_pairs(x):
+    e = 0.0
+    for i in range(len(x)):
+        for j in range(len(x)):
+            if i != j:
+                e = e + np.exp(-((x[j] - x[i]) ** 2))
+    return e
+
+
+def test_rows_before_and_after_the_diagonal_are_two_ragged_sums():
+    """Traced unrolled, each row of a loop over all j != i is a sum before the diagonal and
+    one after it, alternating in the chain: regrouped (ragged_groups), each kind one sum."""
+    stats, r = check(all_pairs, RNG.normal(size=40))
+    layouts = {w.attrs[:3] for w in windows(r)}
+    assert any(dL > 0 for _, _, dL in layouts) and any(dL < 0 for _, _, dL in layouts), layouts

@@ -133,7 +133,7 @@ from ..ir import Graph, Node, Type, substitute
 from ..ops import Op
 from ..progress import log
 from .reroll_guards import roll_guards
-from .reroll_ragged import per_row_builder, ragged_sum
+from .reroll_ragged import per_row_builder, ragged_groups, ragged_sum
 from .reroll_sums import partition_sum, partition_writes
 from .reroll_match import (  # noqa: F401  (MIN_RUN, MIN_SHORT_RUN: the documented thresholds)
     MIN_RUN,
@@ -727,6 +727,8 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
             else:
                 grouped = partition_sum(chain, users, table) if REDUCE else None
                 ragged = ragged_sum(chain, users, guarded) if REDUCE else None
+                if REDUCE and ragged is None:
+                    ragged = ragged_groups(chain, users, guarded)
                 # rows of different lengths (the rows of a triangle), with a tail of the chain
                 # after them (the short rows a pair loop leaves unrolled) for the next round
                 if ragged is not None and ragged[2] + ragged[3] > (grouped[2] if grouped else 0):

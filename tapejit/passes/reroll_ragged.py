@@ -438,6 +438,83 @@ def ragged_sum(
     return chain[hi], new, hi - lo + 1, len(chain) - 1 - hi
 
 
+def ragged_groups(
+    chain: list[Node], users: dict[int, int], guarded: set[int]
+) -> tuple[Node, Node, int, int] | None:
+    """A sum chain whose rows of different lengths are not consecutive terms (a pair loop's
+    rows before and after the diagonal, ``j < i`` and ``j > i``; rows between unrolled short
+    ones), regrouped: its terms grouped by their structure, each group of at least
+    :data:`MIN_GROUP` terms that fit one template (numbers affine in their order in the group)
+    one ragged sum (consecutive members, or every second or third), the other terms added
+    after them in their order — a reassociation of the
+    whole sum, so only for a chain whose partial sums nothing else reads. Returns ``(old,
+    new, terms grouped, terms left)`` (see :func:`ragged_sum`) or ``None``."""
+    k = 0
+    while k < len(chain) and chain[k].op != Op.ADD:
+        k += 1
+    chain = chain[k:]
+    if len(chain) < MIN_GROUP or any(users.get(id(c), 0) != 1 for c in chain[:-1]):
+        return None
+    try:
+        terms = [*chain[0].args, *_terms(chain)[1:]]
+    except _Fail:
+        return None
+    h = _Hash()
+    groups: dict[int, list[int]] = {}
+    for i, t in enumerate(terms):
+        if t.op == Op.REDUCE_SUM:
+            groups.setdefault(h.of(t), []).append(i)
+    built, used = [], set()
+    for group in groups.values():
+        # runs of consecutive members first; then of every second or third one (a pair loop
+        # over j != i: each row's terms before and after the diagonal alternate)
+        for p in (1, 2, 3):
+            left = [i for i in group if i not in used]
+            for phase in range(p):
+                members, start = left[phase::p], 0
+                while len(members) - start >= MIN_GROUP:
+                    run = _group_run(terms, members[start:], h, guarded)
+                    if run is None:
+                        start += 1
+                        continue
+                    node, n = run
+                    built.append(node)
+                    used.update(members[start : start + n])
+                    start += n
+    if not built:
+        return None
+    total = built[0]
+    for b in built[1:]:
+        total = ops.add(total, b)
+    rest = [t for i, t in enumerate(terms) if i not in used]
+    for t in rest:
+        total = ops.add(total, t)
+    return chain[-1], total, len(used), len(rest)
+
+
+#: Fewest terms of one structure :func:`ragged_groups` makes one ragged sum of.
+MIN_GROUP = 4
+
+
+def _group_run(terms: list[Node], members: list[int], h: _Hash, guarded: set[int]):
+    """``(sum, count)``: the longest start of ``members`` (positions in ``terms``) whose
+    terms fit one template, summed as rows of a ragged layout; ``None`` when it is shorter
+    than :data:`MIN_GROUP`."""
+    try:
+        rows = _Rows(terms[members[0]], terms[members[1]], 0, h, guarded)
+    except _Fail:
+        return None
+    n = 2
+    while n < len(members) and rows.fits(n, terms[members[n]]):
+        n += 1
+    if n < MIN_GROUP:
+        return None
+    try:
+        return rows.build(0, n), n
+    except _Fail:
+        return None
+
+
 class _Rows:
     """Terms alike but for numbers affine in the row: the template ``tpl`` (row ``s``) and
     the numbers of each of its nodes at row ``s`` and their step per row, from ``tpl`` and
@@ -539,18 +616,66 @@ def _run(chain, terms, s, h, users, guarded):
     return lo, hi, ops.add(init, rows.build(lo, T))
 
 
+def _row_terms(carry: Node, before: Node) -> list[Node]:
+    """The terms one row adds: ``carry = ((before + t_1) + t_2) + ...``, in order. Raises
+    :class:`_Fail` when ``carry`` is not ``before`` plus terms that do not read it."""
+    out = []
+    node = carry
+    while node is not before:
+        if node.op != Op.ADD or node.shape != () or len(out) > 8:
+            raise _Fail
+        a, b = node.args
+        if (a is before or a.op == Op.ADD) and _reads(a, before):
+            out.append(b)
+            node = a
+        elif _reads(b, before):
+            out.append(a)
+            node = b
+        else:
+            raise _Fail
+    out.reverse()
+    if not out or any(_reads(t, before) for t in out):
+        raise _Fail
+    return out
+
+
+def _reads(n: Node, target: Node, limit: int = 64) -> bool:
+    """Whether ``n`` is ``target`` or an addition chain leading back to it (a short walk along
+    the first operands that are additions: the rows' chain, not a term's insides)."""
+    for _ in range(limit):
+        if n is target:
+            return True
+        if n.op != Op.ADD:
+            return False
+        a, b = n.args
+        if a is target or b is target:
+            return True
+        n = a if a.op == Op.ADD else b
+    return False
+
+
 def extend_rows(chain: list[Node], rows: int) -> Node:
     """The carry after ``rows`` rows of a sum over rows of different lengths of which only the
     first few were traced (:func:`tapejit.loop_capture.run_nest`: a nest whose inner loops
-    are captured, one sum per row): ``chain[0]`` is the carry after the first row traced,
-    ``chain[j] = chain[j-1] + t_j`` after each next one. Every traced term after the first
-    must fit one template with its numbers affine in the row; the rows not traced are built
-    from it (the caller vouches, from the loop's source, that they trace the same). Raises
-    :class:`_Fail`."""
-    terms = _terms(chain)
+    are captured, each a sum): ``chain[0]`` is the carry after the first row traced,
+    ``chain[j]`` after each next one, ``chain[j] = chain[j-1] + t_j1 + t_j2 + ...`` (one term
+    per inner loop, and any the row adds around them). Each term of the traced rows after the
+    first must fit one template (per place in the row) with its numbers affine in the row; the
+    rows not traced are built from them (the caller vouches, from the loop's source and the
+    ranges it checked, that they trace the same). Raises :class:`_Fail`."""
     if len(chain) < 4 or rows < len(chain):
         raise _Fail
-    fit = _Rows(terms[1], terms[2], 1, _Hash(), set())
-    if not all(fit.fits(j, terms[j]) for j in range(3, len(chain))):
+    per_row = [_row_terms(chain[j], chain[j - 1]) for j in range(1, len(chain))]
+    p = len(per_row[0])
+    if any(len(t) != p for t in per_row):
         raise _Fail
-    return ops.add(chain[0], fit.build(1, rows - 1))
+    h = _Hash()
+    fits = [_Rows(per_row[0][q], per_row[1][q], 1, h, set()) for q in range(p)]
+    for j in range(3, len(chain)):
+        if not all(fits[q].fits(j, per_row[j - 1][q]) for q in range(p)):
+            raise _Fail
+    total = None
+    for f in fits:
+        built = f.build(1, rows - 1)
+        total = built if total is None else ops.add(total, built)
+    return ops.add(chain[0], total)
