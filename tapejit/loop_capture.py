@@ -132,15 +132,17 @@ def run_loop(it: range, body: Callable, carries: tuple, bases: Callable, writes:
     st = tracing._current.items[0]
     guards, conversion = len(st.guards), st.conversion_error
     history = [(*carries, *[w.node for w in writes])]
+    outer = (_reading.capturing, _reading.ok)  # (a nest's row being traced: run_nest)
     _reading.capturing, _reading.ok = True, True
     try:
         for k in range(TRACED):
             carries = body(it[k], *carries)
             history.append((*carries, *[w.node for w in writes]))
     finally:
-        _reading.capturing = False
+        read_ok = _reading.ok
+        _reading.capturing, _reading.ok = outer[0], outer[1] and read_ok
     rest = it[TRACED:]
-    ok = _reading.ok and len(st.guards) == guards and st.conversion_error is conversion
+    ok = read_ok and len(st.guards) == guards and st.conversion_error is conversion
     ok = ok and all(w._view is None for w in writes)
     if ok:
         built = _build(history, len(carries), len(rest), st)
@@ -191,8 +193,12 @@ def _build(history: list[tuple], n_carries: int, extra: int, st) -> list | None:
 ROWS_TRACED = 5
 
 
-def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, invariants: tuple = (),
-             helpers: tuple = ()) -> tuple:  # fmt: skip
+#: Rows of a nest beyond which it runs as written (the rows' ranges are computed up front).
+MAX_ROWS = 1 << 20
+
+
+def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, bases: Callable,
+             invariants: tuple = (), helpers: tuple = ()) -> tuple:  # fmt: skip
     """The nest ``for v in it: carries = body(v, *carries)`` whose body runs inner loops over
     the ranges ``inner(v)`` (see ``loop_source._Rewriter._nest``), captured when it can be:
     the carries after it.
@@ -206,7 +212,12 @@ def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, invaria
     run as written. The traced rows must record no guard and no conversion error, capture
     each inner loop, and their terms fit one template with every number affine in the row;
     the rows built must stay in bounds. Otherwise the loop runs as written."""
-    if not (reroll.REDUCE and len(carries) == 1 and _capturable(carries, tuple, (), invariants, helpers)):
+    if (
+        not reroll.REDUCE
+        or len(carries) != 1
+        or len(it) > MAX_ROWS
+        or not _capturable(carries, bases, (), invariants, helpers)
+    ):
         return _run(it, body, carries)
     try:
         bounds = [inner(v) for v in it]
@@ -219,11 +230,17 @@ def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, invaria
     st = tracing._current.items[0]
     guards, conversion, captured = len(st.guards), st.conversion_error, st.captured[0]
     history = []
-    for k in range(lo, lo + ROWS_TRACED):
-        carries = body(it[k], *carries)
-        history.append(carries[0])
+    _reading.capturing, _reading.ok = True, True  # reads at the row: elements of traced arrays
+    try:
+        for k in range(lo, lo + ROWS_TRACED):
+            carries = body(it[k], *carries)
+            history.append(carries[0])
+    finally:
+        read_ok = _reading.ok
+        _reading.capturing = False
     ok = (
-        len(st.guards) == guards
+        read_ok
+        and len(st.guards) == guards
         and st.conversion_error is conversion
         and st.captured[0] == captured + ROWS_TRACED * len(bounds[lo])
         and all(type(t) is tracing.Tracer and t.level == 1 and t._view is None
@@ -249,10 +266,7 @@ def _regular_rows(bounds: list) -> tuple[int, int]:
     """``(lo, hi)``: the longest stretch of rows whose inner ranges (``bounds[r]``, a tuple per
     row) all have at least :data:`MIN_TRIPS` iterations and whose starts, stops and steps
     each move by a fixed step from row to row."""
-    good = [
-        all(type(r) is range and len(r) >= MIN_TRIPS for r in rs) and len(rs) == len(bounds[0])
-        for rs in bounds
-    ]
+    good = [_long(rs) and len(rs) == len(bounds[0]) for rs in bounds]
     best, r = (0, 0), 0
     while r < len(bounds):
         if not good[r]:
@@ -267,13 +281,22 @@ def _regular_rows(bounds: list) -> tuple[int, int]:
     return best
 
 
+def _long(ranges) -> bool:
+    """Whether every one of a row's inner ranges has at least :data:`MIN_TRIPS` iterations."""
+    try:
+        return all(type(r) is range and len(r) >= MIN_TRIPS for r in ranges)
+    except (OverflowError, TypeError):  # (more than sys.maxsize; not a tuple)
+        return False
+
+
 def _steady(bounds: list, lo: int, r: int) -> bool:
-    """Whether row ``r``'s ranges continue rows ``lo`` and ``lo + 1``'s by a fixed step."""
+    """Whether row ``r``'s ranges continue rows ``lo`` and ``lo + 1``'s by a fixed step: the
+    start, the step and the length (with a step other than 1 the length is not the stop's)."""
     t = r - lo
     for a, b, c in zip(bounds[lo], bounds[lo + 1], bounds[r]):
-        for f in ("start", "stop", "step"):
-            v0, v1 = getattr(a, f), getattr(b, f)
-            if getattr(c, f) != v0 + t * (v1 - v0):
+        for f in (lambda x: x.start, lambda x: x.step, len):
+            v0, v1 = f(a), f(b)
+            if f(c) != v0 + t * (v1 - v0):
                 return False
     return True
 
@@ -289,5 +312,5 @@ def prepare(f: Callable) -> Callable:
     )
 
 
-__all__ = ["MIN_TRIPS", "ROWS_TRACED", "TRACED", "can_capture", "prepare", "read", "run_loop",
+__all__ = ["MAX_ROWS", "MIN_TRIPS", "ROWS_TRACED", "TRACED", "can_capture", "prepare", "read", "run_loop",
            "run_nest"]

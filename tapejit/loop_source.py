@@ -448,7 +448,10 @@ class _Rewriter(ast.NodeTransformer):
         )  # fmt: skip
         name, it = f"_tj_body_{k}", f"_tj_it_{k}"
         ret = ast.Return(_tuple(carries, ast.Load()))
-        fdef = ast.FunctionDef(name, args, [*copy.deepcopy(node.body), ret], [], None, None,
+        # element reads at the row checked as a captured loop's are (the inner loops' bodies
+        # too: they read the row's elements)
+        rows_body = [_Reads(loop).visit(st) for st in copy.deepcopy(node.body)]
+        fdef = ast.FunctionDef(name, args, [*rows_body, ret], [], None, None,
                                type_params=[])  # fmt: skip
         inner = ast.Lambda(
             ast.arguments(posonlyargs=[], args=[ast.arg(loop.var)], vararg=None, kwonlyargs=[],
@@ -458,7 +461,10 @@ class _Rewriter(ast.NodeTransformer):
         call = ast.Call(
             ast.Name("_tj_nest", ast.Load()),
             [ast.Name(it, ast.Load()), ast.Name(name, ast.Load()), _tuple(carries, ast.Load()),
-             inner, _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
+             inner,
+             ast.Lambda(_no_arguments(), ast.Tuple([copy.deepcopy(b) for b in loop.bases],
+                                                   ast.Load())),
+             _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
             [],
         )  # fmt: skip
         node.iter = ast.Name(it, ast.Load())
@@ -698,10 +704,10 @@ def _renamed_bodies(code: types.CodeType, name: str, qualname: str) -> types.Cod
     """``code`` with its loop bodies' code objects named as the function (so that errors and
     tracebacks inside a body say ``in f()``, the user's function, as the loop did)."""
     consts = tuple(
-        c.replace(co_name=name, co_qualname=qualname)
+        _renamed_bodies(c, name, qualname).replace(co_name=name, co_qualname=qualname)
         if isinstance(c, types.CodeType) and c.co_name.startswith("_tj_body_") else c
         for c in code.co_consts
-    )  # fmt: skip
+    )  # fmt: skip  (a nest's body holds its inner loops' bodies)
     return code.replace(co_consts=consts)
 
 

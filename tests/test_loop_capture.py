@@ -1255,3 +1255,65 @@ def test_all_ordered_pairs_trace_a_few_rows():
         sizes.append(len(g.nodes))
     assert sizes[0] == sizes[1], sizes
     against_unrolled(all_pairs, pos[:30], rtol=1e-10)
+
+
+# -- nests: found in review (each was a silent wrong value or a wrong error) -------------------
+
+MU = np.ones(40)
+MU[12:] = 3.0  # the same for the rows traced, another for rows built from them
+WL = [1.0] * 12 + [-2.0] * 28
+
+
+def nest_reading_a_table_at_the_row(x):
+    e = 0.0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            e = e + np.sin(x[j] - x[i]) * MU[i]
+    return e
+
+
+def nest_reading_a_list_at_the_row(x):
+    e = 0.0
+    for i in range(len(x)):
+        for j in range(i + 1, len(x)):
+            e = e + np.sin(x[j] - x[i]) * WL[i]
+    return e
+
+
+def nest_with_a_stepped_inner_range(x):
+    e = 0.0
+    for i in range(len(x) - 5):
+        for j in range(i, len(x), 5):  # lengths ceil((n - i) / 5): not a fixed step
+            e = e + x[j - i] * x[i]
+    return e
+
+
+@pytest.mark.parametrize(
+    "f", [nest_reading_a_table_at_the_row, nest_reading_a_list_at_the_row,
+          nest_with_a_stepped_inner_range],
+)  # fmt: skip
+def test_nests_whose_rows_differ_otherwise_are_exact(f):
+    against_unrolled(f, RNG.random(40 if f is not nest_with_a_stepped_inner_range else 80),
+                     rtol=1e-10)  # fmt: skip
+
+
+def nest_out_of_bounds_late(x):
+    e = 0.0
+    for i in range(len(x)):
+        for j in range(i, i + 12):
+            e = e + x[j] * x[i]  # j reaches len(x) in the late rows
+    return e
+
+
+def nest_with_a_huge_inner_range(x):
+    e = 0.0
+    for i in range(len(x)):
+        for j in range(i, i + 2**64):
+            e = e + x[j] * x[i]
+    return e
+
+
+@pytest.mark.parametrize("f", [nest_out_of_bounds_late, nest_with_a_huge_inner_range])
+def test_errors_in_a_nest_name_the_users_function_and_line(f):
+    with pytest.raises(tj.TracingError, match=rf"in {f.__name__}\(\).*out of bounds"):
+        tj.compile(f, RNG.random(40), cache=False)

@@ -122,6 +122,13 @@ class _Pairing:
     """Template term ``tpl`` walked against one iteration's term: ``pair[id(t)]`` the node of
     the iteration, ``nums[id(t)]`` its numbers (:func:`_numbers`). Raises :class:`_Fail`."""
 
+    def _order(self, n: Node) -> tuple:
+        """Commutative operands by structure, then (reads of one structure: ``w[i] *
+        w[i + 1]``) by the row they read — an order every row keeps when the rows move
+        alike; when they do not, the numbers do not fit and the run ends."""
+        first = n.attrs[0] if n.op == Op.INDEX else 0
+        return (self.h.of(n), first[0] if isinstance(first, tuple) else first)
+
     def tnode(self, key: int) -> Node:
         return self.tnodes[key]
 
@@ -154,8 +161,8 @@ class _Pairing:
             self.nums[id(t)] = _numbers(t, n)
             ta, na = list(t.args), list(n.args)
             if t.op in _COMMUTATIVE:
-                ta.sort(key=self.h.of)
-                na.sort(key=self.h.of)
+                ta.sort(key=self._order)
+                na.sort(key=self._order)
                 if [self.h.of(a) for a in ta] != [self.h.of(a) for a in na]:
                     raise _Fail
             stack.extend(zip(ta, na))
