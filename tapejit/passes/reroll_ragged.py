@@ -391,6 +391,12 @@ def _matmul_rows(sa: tuple, sb: tuple, out: tuple, args: list, T: int, per_k) ->
     if la == "same" and lb == "k" and len(sb) == 1:  # (m, k) @ rows of (k,)
         return ops.matmul(b, ops.transpose(a)) if len(sa) == 2 else ops.matmul(b, a)
     a, b = per_k(la, a, sa), per_k(lb, b, sb)
+    if len(sa) == 2 and len(sb) == 1 and sa[0] == 1:  # a row vector: one dot product per row
+        a = ops.reshape(a, (T, sa[1]))  # (as np.dot(d, d) of a 3-vector traces)
+        return ops.reshape(ops.reduce(Op.REDUCE_SUM, ops.mul(a, b), (1,)), (T, 1))
+    if len(sa) == 1 and len(sb) == 2 and sb[1] == 1:
+        b = ops.reshape(b, (T, sb[0]))
+        return ops.reshape(ops.reduce(Op.REDUCE_SUM, ops.mul(a, b), (1,)), (T, 1))
     if len(sa) == 2 and len(sb) == 1:  # (T, m, k) * (T, 1, k), summed over k
         return ops.reduce(Op.REDUCE_SUM, ops.mul(a, _expand(b, (T, 1, sb[0]), (T, *sa))), (2,))
     if len(sa) == 1 and len(sb) == 1:  # (T, k) * (T, k), summed over k (a position's dot)
