@@ -68,13 +68,18 @@ def read(base, key):
                 # the element this iteration wrote (ops.index forwards the value written)
                 or (base.node.op == Op.SCATTER and base.node.args[1] is node)
             )
-            and all(type(k) is int or k is ALL for k in items)
+            and all(type(k) is int or k is ALL or _int_slice(k) for k in items)
         ):
             r.ok = False
     return out
 
 
 ALL = slice(None)
+
+
+def _int_slice(k) -> bool:
+    """A slice of integer (or absent) bounds: a row of a loop over rows (``x[i + 1:]``)."""
+    return type(k) is slice and all(v is None or type(v) is int for v in (k.start, k.stop, k.step))
 
 
 def _run(it, body: Callable, carries: tuple) -> tuple:
@@ -308,7 +313,7 @@ def prepare(f: Callable) -> Callable:
         return f
     return loop_source.rewrite(
         f, {"_tj_for": run_loop, "_tj_read": read, "_tj_all": ALL, "_tj_can": can_capture,
-            "_tj_nest": run_nest, "_tj_min": min, "_tj_max": max},
+            "_tj_nest": run_nest, "_tj_min": min, "_tj_max": max, "_tj_slice": slice},
     )
 
 

@@ -73,7 +73,8 @@ CALLS = frozenset(
 )
 
 _OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
-_HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can", "_tj_nest", "_tj_min", "_tj_max")
+_HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can", "_tj_nest", "_tj_min", "_tj_max",
+            "_tj_slice")
 #: Built-ins that let code read or change a function's variables by name: a function using
 #: any of them is never rewritten (its loop's temporaries would not be where it looks).
 _INTROSPECTION = frozenset({"eval", "exec", "locals", "vars", "globals", "dir", "__import__"})
@@ -97,6 +98,9 @@ class _Loop:
         self.assigned: list[str] = []
         self.carries: list[str] = []
         self.bases: list[ast.expr] = []  # the arrays read at the loop variable
+        #: whether a slice bound moves with the loop variable (``x[i + 1:]``): rows of
+        #: different lengths, captured as a nest without inner loops (``_Rewriter._rows``)
+        self.ragged = False
         self.writes: list[str] = []  # arrays written by subscript: y[i] = v, y[i] += v
         self.helpers: list[str] = []  # pure helpers called (checked again when the loop runs)
         #: every name the body assigns (a plain-name target, anywhere in it)
@@ -250,12 +254,21 @@ class _Loop:
             self.bases.append(e.value)
 
     def _loop_index(self, index: ast.expr) -> None:
-        """Integers affine in the loop variable, or invariant, and ``:``."""
+        """Integers affine in the loop variable, or invariant, and slices whose bounds are
+        (a bound that moves makes the loop one over rows of different lengths: ``ragged``)."""
         items = index.elts if isinstance(index, ast.Tuple) else [index]
         for it in items:
             if isinstance(it, ast.Slice):
-                if it.lower or it.upper or it.step:
-                    raise _NotCapturable  # only ':' beside the loop variable's index
+                for part in (it.lower, it.upper, it.step):
+                    if part is None:
+                        continue
+                    if self.var in _names(part):
+                        if part is it.step:
+                            raise _NotCapturable  # a step that moves: lengths not affine
+                        self._affine(part)
+                        self.ragged = True
+                    else:
+                        self._invariant(part)
             elif self.var in _names(it):
                 self._affine(it)
             else:
@@ -359,6 +372,10 @@ class _Rewriter(ast.NodeTransformer):
             return node
         if not loop_scopes.private(self.fn, node, [loop.var, *loop.temps]):
             return node
+        if loop.ragged:
+            if loop.writes:
+                return node
+            return self._rows(loop, node, [], copy.deepcopy(node))
         return self._replace(loop)
 
     def _replace(self, loop: _Loop) -> list[ast.stmt]:
@@ -439,6 +456,12 @@ class _Rewriter(ast.NodeTransformer):
             return node
         if not loop_scopes.private(self.fn, node, [loop.var, *loop.temps]):
             return node
+        return self._rows(loop, node, ranges, original)
+
+    def _rows(self, loop: _Loop, node: ast.For, ranges: list, original: ast.For):
+        """The rewrite of a nest (see :meth:`_nest`; ``ranges``: its inner loops' ranges),
+        or of a loop over rows of different lengths (no inner loops, ``loop.ragged``): its
+        body, the reads at the row checked, as a function handed to ``_tj_nest``."""
         k = self.count
         self.count += 1
         carries = loop.carries
@@ -500,7 +523,7 @@ def _nest_loop(outer: ast.For, modules: set[str], f_locals: set[str],
     for st in outer.body:
         body.extend(st.body if isinstance(st, ast.For) else [st])
     loop = _Loop(ast.For(outer.target, outer.iter, body, []), modules, f_locals, pure)
-    if loop.writes or "range" in f_locals:
+    if loop.writes or loop.ragged or "range" in f_locals:
         raise _NotCapturable
     ranges = []
     for inner in fors:
@@ -659,12 +682,19 @@ class _Reads(ast.NodeTransformer):
         if self.var not in _names(e.slice):
             return e
         items = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
-        key = [ast.Name("_tj_all", ast.Load()) if isinstance(it, ast.Slice) else it
-               for it in items]  # fmt: skip
+        key = [_slice_value(it) if isinstance(it, ast.Slice) else it for it in items]
         arg = ast.Tuple(key, ast.Load()) if isinstance(e.slice, ast.Tuple) else key[0]
         return ast.copy_location(
             ast.Call(ast.Name("_tj_read", ast.Load()), [e.value, arg], []), e
         )
+
+
+def _slice_value(it: ast.Slice) -> ast.expr:
+    """A slice item as a value: ``_tj_all`` for ``:``, else ``_tj_slice(lower, upper, step)``."""
+    if it.lower is None and it.upper is None and it.step is None:
+        return ast.Name("_tj_all", ast.Load())
+    parts = [p if p is not None else ast.Constant(None) for p in (it.lower, it.upper, it.step)]
+    return ast.Call(ast.Name("_tj_slice", ast.Load()), parts, [])
 
 
 def _no_arguments() -> ast.arguments:

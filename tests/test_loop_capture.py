@@ -1317,3 +1317,54 @@ def nest_with_a_huge_inner_range(x):
 def test_errors_in_a_nest_name_the_users_function_and_line(f):
     with pytest.raises(tj.TracingError, match=rf"in {f.__name__}\(\).*out of bounds"):
         tj.compile(f, RNG.random(40), cache=False)
+
+
+# -- loops over rows of different lengths (a slice bound moves with the loop variable) --------
+
+
+def rows_form(pos):
+    e = 0.0
+    for i in range(len(pos) - 1):
+        d = pos[i + 1 :] - pos[i]
+        r2 = np.sum(d * d, axis=1)
+        e = e + np.sum(np.exp(-r2))
+    return e
+
+
+def rows_of_a_numpy_table(x):
+    e = 0.0
+    for i in range(len(x) - 1):
+        e = e + np.sum(np.sin(x[i + 1 :] - x[i]) * MU[i + 1 :])  # MU: not traced
+    return e
+
+
+def clipped_windows(x):
+    e = 0.0
+    for i in range(len(x)):
+        e = e + np.sum(np.cos(x[i : i + 10]))  # the last rows are shorter (clipped by Python)
+    return e
+
+
+def rows_written(x):
+    y = np.zeros_like(x)
+    e = 0.0
+    for i in range(len(x) - 1):
+        y[i] = np.sum(x[i + 1 :])  # writes an array: not a ragged sum, traced
+        e = e + y[i]
+    return e
+
+
+def test_rows_form_traces_a_few_rows_whatever_the_size():
+    sizes = []
+    for n in (30, 90):
+        pos = np.stack(np.meshgrid(*[np.arange(5)] * 3, indexing="ij"), -1).reshape(-1, 3)[:n]
+        g = traced(rows_form, pos * 1.5 + 0.1 * RNG.random((n, 3)))
+        assert g.captured[0] == 1 and any(x.op == "window" for x in g.nodes)
+        sizes.append(len(g.nodes))
+    assert sizes[0] == sizes[1], sizes
+    against_unrolled(rows_form, RNG.random((30, 3)), rtol=1e-10)
+
+
+@pytest.mark.parametrize("f", [rows_of_a_numpy_table, clipped_windows, rows_written])
+def test_row_loops_that_are_not_ragged_sums_stay_exact(f):
+    against_unrolled(f, RNG.random(40), rtol=1e-10)
