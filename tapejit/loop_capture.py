@@ -77,6 +77,15 @@ def read(base, key):
 ALL = slice(None)
 
 
+def is_int(value: Callable) -> bool:
+    """Whether ``value()`` is a Python ``int`` (False when it raises: an unbound name): the
+    test before a skip split in two loops (``loop_source._SplitSkips``)."""
+    try:
+        return type(value()) is int
+    except Exception:  # noqa: BLE001 - the loop as written raises it where Python would
+        return False
+
+
 def _int_slice(k) -> bool:
     """A slice of integer (or absent) bounds: a row of a loop over rows (``x[i + 1:]``)."""
     return type(k) is slice and all(v is None or type(v) is int for v in (k.start, k.stop, k.step))
@@ -313,7 +322,8 @@ def prepare(f: Callable) -> Callable:
         return f
     return loop_source.rewrite(
         f, {"_tj_for": run_loop, "_tj_read": read, "_tj_all": ALL, "_tj_can": can_capture,
-            "_tj_nest": run_nest, "_tj_min": min, "_tj_max": max, "_tj_slice": slice},
+            "_tj_nest": run_nest, "_tj_min": min, "_tj_max": max, "_tj_slice": slice,
+            "_tj_int": is_int},
     )
 
 

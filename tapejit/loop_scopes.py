@@ -78,7 +78,16 @@ def _assigns_first(f: ast.For, name: str) -> bool:
         return True
     if f.orelse:
         return False
-    for st in f.body:
+    stmts = list(f.body)
+    while stmts:
+        st = stmts.pop(0)
+        if isinstance(st, ast.If) and not st.orelse and name not in names(st.test):
+            if len(st.body) == 1 and isinstance(st.body[0], ast.Continue):
+                continue  # `if j == i: continue`: that iteration reads nothing
+            if not stmts:  # the rest of the iteration under one test (`if j != i: ...`)
+                stmts = list(st.body)
+                continue
+            return False
         if isinstance(st, ast.Assign) and len(st.targets) == 1:
             if name in names(st.value):
                 return False

@@ -74,7 +74,7 @@ CALLS = frozenset(
 
 _OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow)
 _HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can", "_tj_nest", "_tj_min", "_tj_max",
-            "_tj_slice")
+            "_tj_slice", "_tj_int")
 #: Built-ins that let code read or change a function's variables by name: a function using
 #: any of them is never rewritten (its loop's temporaries would not be where it looks).
 _INTROSPECTION = frozenset({"eval", "exec", "locals", "vars", "globals", "dir", "__import__"})
@@ -452,7 +452,7 @@ class _Rewriter(ast.NodeTransformer):
             loop, ranges = _nest_loop(original, self.modules, self.f_locals, self.pure)
         except _NotCapturable:
             return node
-        if len(ranges) != rewritten:  # an inner loop left as written: not a nest
+        if rewritten < len(ranges):  # an inner loop left as written: not a nest
             return node
         if not loop_scopes.private(self.fn, node, [loop.var, *loop.temps]):
             return node
@@ -516,11 +516,17 @@ def _nest_loop(outer: ast.For, modules: set[str], f_locals: set[str],
     the rows' ranges are checked when the nest runs). Raises :class:`_NotCapturable`."""
     if not isinstance(outer.target, ast.Name) or outer.orelse:
         raise _NotCapturable
-    fors = [st for st in outer.body if isinstance(st, ast.For)]
+    if not isinstance(outer.target, ast.Name):
+        raise _NotCapturable
+    stmts: list[ast.stmt] = []  # the body, a skip split at the row (if j != i) as its loops
+    for st in outer.body:
+        split = _split_loops(st, outer.target.id)
+        stmts.extend(split if split is not None else [st])
+    fors = [st for st in stmts if isinstance(st, ast.For)]
     if not fors or len(fors) > 2:
         raise _NotCapturable
     body: list[ast.stmt] = []
-    for st in outer.body:
+    for st in stmts:
         body.extend(st.body if isinstance(st, ast.For) else [st])
     loop = _Loop(ast.For(outer.target, outer.iter, body, []), modules, f_locals, pure)
     if loop.writes or loop.ragged or "range" in f_locals:
@@ -568,10 +574,14 @@ class _SplitSkips(ast.NodeTransformer):
     ``BODY``) as the two loops ``for j in range(a, _tj_min(i, b)): BODY`` and ``for j in
     range(_tj_max(i + 1, a), b): BODY`` — the same iterations in the same order, whatever
     ``i`` is — so that each is straight-line code (and a pair loop over all ``j != i`` a nest of
-    two rows: before and after the diagonal). Only where that is exactly the loop as written:
-    ``a`` and ``b`` names, numbers, ``len`` and shapes that ``BODY`` does not assign (they are
-    evaluated twice), ``i`` and ``j`` not assigned in ``BODY``, no ``break`` or ``continue``
-    in it, and ``j`` not read after the loop (:func:`tapejit.loop_scopes.private`)."""
+    two rows: before and after the diagonal). The two loops run when ``i`` is a Python ``int``
+    when the loop starts (``_tj_int``: not a float, which ``j`` never equals, nor a numpy
+    integer, whose ``i + 1`` may wrap; and bound: the loop as written reads it only if it runs);
+    otherwise the loop as written runs. Only where that is exactly the loop as written: ``a``
+    and ``b`` names, numbers, ``len`` and shapes that ``BODY`` neither assigns nor changes
+    through a method call or ``del`` (they are evaluated twice), ``i`` and ``j`` not assigned
+    in ``BODY``, no ``break`` or ``continue`` in it, and ``j`` not read after the loop
+    (:func:`tapejit.loop_scopes.private`)."""
 
     def __init__(self, fn: ast.FunctionDef):
         self.fn = fn
@@ -588,17 +598,37 @@ class _SplitSkips(ast.NodeTransformer):
         if split is None or not loop_scopes.private(self.fn, node, [node.target.id]):
             return node
         a, b, i, body = split
-        first = ast.For(copy.deepcopy(node.target), _range(a, _call("_tj_min", i, b)), body, [])
+        first = ast.For(copy.deepcopy(node.target), _range(a, _call("_tj_min", i, b)),
+                        copy.deepcopy(body), [])  # fmt: skip
         after = ast.BinOp(copy.deepcopy(i), ast.Add(), ast.Constant(1))
         second = ast.For(copy.deepcopy(node.target), _range(_call("_tj_max", after, a),
                          copy.deepcopy(b)), copy.deepcopy(body), [])  # fmt: skip
-        for st in (first, second):
-            ast.copy_location(st, node)
-            for n in ast.walk(st):
-                if not hasattr(n, "lineno") or n.lineno is None:
-                    ast.copy_location(n, node)
+        bound = ast.Lambda(_no_arguments(), copy.deepcopy(i))
+        out = ast.If(_call("_tj_int", bound), [first, second], [node])
+        ast.copy_location(out, node)
+        for n in ast.walk(out):
+            if not hasattr(n, "lineno") or n.lineno is None:
+                ast.copy_location(n, node)
         self.count += 1
-        return [first, second]
+        return out
+
+
+def _split_loops(st: ast.stmt, var: str) -> list[ast.For] | None:
+    """The two loops of a skip split (:class:`_SplitSkips`) whose ``i`` is ``var`` — an outer
+    loop's variable, an ``int`` in every row, so the split runs — else ``None``."""
+    if (
+        isinstance(st, ast.If)
+        and isinstance(st.test, ast.Call)
+        and isinstance(st.test.func, ast.Name)
+        and st.test.func.id == "_tj_int"
+        and isinstance(st.test.args[0], ast.Lambda)
+        and isinstance(st.test.args[0].body, ast.Name)
+        and st.test.args[0].body.id == var
+        and len(st.body) == 2
+        and all(isinstance(f, ast.For) for f in st.body)
+    ):
+        return list(st.body)
+    return None
 
 
 def _call(name: str, *args: ast.expr) -> ast.Call:
@@ -632,11 +662,23 @@ def _skip(node: ast.For):
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}  # fmt: skip
     if i.id in assigned or j in assigned or (_names(a) | _names(b)) & assigned:
         return None
-    if any(isinstance(n, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom))
+    if any(isinstance(n, (ast.Break, ast.Continue, ast.Return, ast.Yield, ast.YieldFrom,
+                          ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                          ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp))
            for st in body for n in ast.walk(st)):  # fmt: skip
-        return None
+        return None  # (a closure made in the body would see j after the loop: its last value)
     if not all(_plain(e) for e in (a, b)):
         return None
+    bounds = _names(a) | _names(b)
+    for n in (n for st in body for n in ast.walk(st)):
+        if isinstance(n, ast.Delete) or (
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and bounds & _names(n.func.value)
+        ) or (
+            isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)
+            and bounds & _names(n.value)
+        ):  # fmt: skip
+            return None  # (x.append(...), lim[0] += 1: a bound changes between the two loops)
     return a, b, i, body
 
 

@@ -1368,3 +1368,64 @@ def test_rows_form_traces_a_few_rows_whatever_the_size():
 @pytest.mark.parametrize("f", [rows_of_a_numpy_table, clipped_windows, rows_written])
 def test_row_loops_that_are_not_ragged_sums_stay_exact(f):
     against_unrolled(f, RNG.random(40), rtol=1e-10)
+
+
+# -- a skip split in two loops runs exactly the loop as written (found in review) -------------
+
+
+def skip_count(i, n):
+    c = 0
+    for j in range(n):
+        if j != i:
+            c = c + 1
+    return c
+
+
+def skip_unbound(n):
+    for j in range(n):
+        if j != i:  # noqa: F821  (i bound below: only read if the loop runs)
+            pass
+    return "done"
+    i = 0  # noqa: F841
+
+
+def skip_growing_list(i):
+    out = [0, 0, 0, 0, 0]
+    for j in range(len(out)):
+        if j != i:
+            out.append(j)  # len(out) changes as the loop runs
+    return len(out)
+
+
+def skip_bound_written(i):
+    lim = [6]
+    c = 0
+    for j in range(lim[0]):
+        if j != i:
+            lim[0] += 1  # the bound read twice by a split would differ
+            c = c + j
+    return c, lim[0]
+
+
+def skip_closures(i, n):
+    fs = []
+    for j in range(n):
+        if j != i:
+            fs.append(lambda: j)  # sees the last j
+    return fs[0]()
+
+
+@pytest.mark.parametrize(
+    "f, args",
+    [(skip_count, (2.0, 5)), (skip_count, (2.5, 5)), (skip_count, (None, 5)),
+     (skip_count, (np.uint8(255), 300)), (skip_count, (np.int8(127), 200)),
+     (skip_count, (7, 5)), (skip_count, (-1, 5)), (skip_unbound, (0,)), (skip_unbound, (3,)),
+     (skip_growing_list, (1,)), (skip_bound_written, (2,)), (skip_closures, (4, 5))],
+)  # fmt: skip
+def test_a_split_skip_is_the_loop_as_written(f, args):
+    def run(g):
+        try:
+            return g(*args)
+        except Exception as e:  # noqa: BLE001 - the same error either way
+            return type(e).__name__
+    assert run(loop_capture.prepare(f)) == run(f)
