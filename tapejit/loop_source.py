@@ -411,21 +411,7 @@ class _Rewriter(ast.NodeTransformer):
              _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
             [],
         )  # fmt: skip
-        original.iter = ast.Name(it, ast.Load())
-        branch = ast.If(
-            ast.Call(ast.Name("_tj_can", ast.Load()), [ast.Name(it, ast.Load())], []),
-            [ast.Assign([_tuple(carries, ast.Store())], call)],
-            [original],
-        )
-        out = [fdef, ast.Assign([ast.Name(it, ast.Store())], node.iter), branch]
-        for st in out:
-            ast.copy_location(st, node)
-            ast.fix_missing_locations(st)
-        for st in out:  # every new node at the loop's line (errors name the user's lines)
-            for n in ast.walk(st):
-                if not hasattr(n, "lineno") or n.lineno is None:
-                    ast.copy_location(n, node)
-        return out
+        return _capture_or_run(fdef, it, carries, call, original, node.iter, node)
 
 
     def _nest(self, original: ast.For, node: ast.For, rewritten: int):
@@ -490,21 +476,27 @@ class _Rewriter(ast.NodeTransformer):
              _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
             [],
         )  # fmt: skip
-        node.iter = ast.Name(it, ast.Load())
-        branch = ast.If(
-            ast.Call(ast.Name("_tj_can", ast.Load()), [ast.Name(it, ast.Load())], []),
-            [ast.Assign([_tuple(carries, ast.Store())], call)],
-            [node],
-        )
-        out = [fdef, ast.Assign([ast.Name(it, ast.Store())], original.iter), branch]
-        for st in out:
-            ast.copy_location(st, original)
-            ast.fix_missing_locations(st)
-        for st in out:
-            for n in ast.walk(st):
-                if not hasattr(n, "lineno") or n.lineno is None:
-                    ast.copy_location(n, original)
-        return out
+        return _capture_or_run(fdef, it, carries, call, node, original.iter, original)
+
+
+def _capture_or_run(fdef: ast.FunctionDef, it: str, carries: list[str], call: ast.Call,
+                    loop: ast.For, iterable: ast.expr, where: ast.For) -> list[ast.stmt]:
+    """``fdef; it = iterable; if _tj_can(it): carries = call else: loop`` (``loop`` over
+    ``it``, as written), every new node at ``where``'s line (errors name the user's lines)."""
+    loop.iter = ast.Name(it, ast.Load())
+    branch = ast.If(
+        ast.Call(ast.Name("_tj_can", ast.Load()), [ast.Name(it, ast.Load())], []),
+        [ast.Assign([_tuple(carries, ast.Store())], call)],
+        [loop],
+    )
+    out = [fdef, ast.Assign([ast.Name(it, ast.Store())], iterable), branch]
+    for st in out:
+        ast.copy_location(st, where)
+        ast.fix_missing_locations(st)
+        for n in ast.walk(st):
+            if not hasattr(n, "lineno") or n.lineno is None:
+                ast.copy_location(n, where)
+    return out
 
 
 def _nest_loop(outer: ast.For, modules: set[str], f_locals: set[str],
