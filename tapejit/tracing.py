@@ -200,6 +200,8 @@ class _Trace:
 
     def __init__(self):
         self.consts: dict[int, tuple[np.ndarray, Node]] = {}
+        #: small captured arrays by value (:data:`SHARED_CONST_SIZE`): one input for them all
+        self.small_consts: dict[tuple, Node] = {}
         self.inputs: list[Node] = []
         self.kinds: list[str] = []
         self.bindings: dict[int, np.ndarray] = {}
@@ -259,9 +261,20 @@ class _Trace:
             return hit[1]
         snap = _as_const_array(arr)
         dtype = "bool" if snap.dtype == np.bool_ else "f64"
-        node = self.add_input(Type(snap.shape, dtype), "const", f"c{len(self.consts)}", snap)
+        key = (dtype, snap.shape, snap.tobytes()) if snap.size <= SHARED_CONST_SIZE else None
+        node = self.small_consts.get(key) if key is not None else None
+        if node is None:
+            node = self.add_input(Type(snap.shape, dtype), "const", f"c{len(self.consts)}", snap)
+            if key is not None:
+                self.small_consts[key] = node
         self.consts[id(arr)] = (arr, node)  # keeps arr alive so its id is not reused
         return node
+
+
+#: Captured arrays of at most this many elements with the same values (bit for bit) are one
+#: const input: an array a loop body makes anew in every iteration (``np.array([1.0, 2.0,
+#: 3.0])``) is then the same in every iteration, as a re-rolled loop needs it to be.
+SHARED_CONST_SIZE = 64
 
 
 def _unchanged(snap: np.ndarray, arr: np.ndarray) -> bool:

@@ -52,3 +52,27 @@ def test_fast_paths_build_the_general_paths_graph(f, monkeypatch):
 def test_an_index_out_of_bounds_still_gets_the_general_error():
     with pytest.raises(TracingError, match="out of bounds"):
         tracing.trace(lambda x: x[0, 5] * 2.0, [np.ones((2, 2))], [0])
+
+
+def test_small_arrays_made_anew_are_one_const_input():
+    """An array a loop body makes in every iteration (``np.array([1.0, 2.0, 3.0])``) is one
+    const input (by value, bit for bit: -0.0 is another), so the iterations are alike and
+    re-roll; the values are the loop's."""
+    import tapejit as tj
+    from tapejit import interpret
+
+    def f(x):
+        e = 0.0
+        for i in range(len(x) - 2):
+            w = np.array([1.0, 2.0, 3.0])
+            z = np.array([0.0, -0.0, 0.0]) if i % 2 else np.array([0.0, 0.0, 0.0])
+            e = e + np.sum(np.sin(x[i : i + 3]) * w + z)
+        return e
+
+    x = np.random.default_rng(3).normal(size=40)
+    g = tracing.trace(f, [x], [0])
+    consts = [n for n, k in zip(g.inputs, g.kinds) if k == "const"]
+    assert len(consts) == 3, consts  # w, and z of each sign pattern
+    np.testing.assert_allclose(interpret.evaluate(g, [x])[0], f(x), rtol=1e-14)
+    grad = tj.compile(f, x, cache=False)
+    assert grad.stats["reroll"]["iterations"] + grad.stats["reroll"]["captured"]["iterations"] > 30

@@ -292,8 +292,12 @@ def _op(t: Node, args: list, f: tuple | None, lay: _Layout) -> tuple[str, Node]:
             if lv == "same" and orig.ndim == 0:
                 out.append(a)
             elif level == "r":
-                if lv == "same":
-                    raise _Fail  # (a shared array the size of a moving row)
+                if lv == "same":  # a shared array the size of every row (windows of one
+                    L0, dL = lay.L or (None, None)  # length): the same rows in each
+                    if dL != 0 or orig.shape[0] != L0:
+                        raise _Fail
+                    out.append(window(a, (*lay.attrs, 0, 0, 1)))
+                    continue
                 a = lay.ragged(a, orig)
                 out.append(full(a, t.shape[1:]) if orig.ndim == 0 else a)
             elif orig.ndim == 0:  # a per-row scalar of a per-row array op
