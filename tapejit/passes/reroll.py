@@ -133,7 +133,8 @@ from ..ir import Graph, Node, Type, substitute
 from ..ops import Op
 from ..progress import log
 from .reroll_guards import roll_guards
-from .reroll_ragged import per_row_builder, ragged_groups, ragged_sum
+from .reroll_flat import per_row_builder
+from .reroll_ragged import ragged_groups, ragged_sum
 from .reroll_sums import partition_sum, partition_writes
 from .reroll_match import (  # noqa: F401  (MIN_RUN, MIN_SHORT_RUN: the documented thresholds)
     MIN_RUN,
