@@ -79,7 +79,7 @@ ALL = slice(None)
 
 def is_int(value: Callable) -> bool:
     """Whether ``value()`` is a Python ``int`` (False when it raises: an unbound name): the
-    test before a skip split in two loops (``loop_source._SplitSkips``)."""
+    test before a skip split in two loops (``loop_skips._SplitSkips``)."""
     try:
         return type(value()) is int
     except Exception:  # noqa: BLE001 - the loop as written raises it where Python would
