@@ -218,7 +218,8 @@ def fuse(g: Graph) -> Schedule:
             home[id(n)] = (k, "op")
             continue
         # the first kernel at or after `ready` that has no loop or an open loop over `space`
-        # (a ragged window: none with a window over another layout, see ragged_layout)
+        # (a ragged window: none with a window over another layout; codegen iterates a loop
+        # with windows as a nest over their layout's rows, codegen/lower_window.py)
         space = space_of(n, c)
         same = open_.setdefault(space, [])
         if n.op == Op.WINDOW:
@@ -275,18 +276,9 @@ def fuse(g: Graph) -> Schedule:
     return Schedule(g, frozen, home, materialised, stats)
 
 
-def ragged_layout(body) -> tuple | None:
-    """The ragged layout ``(T, L0, dL)`` of the windows (:mod:`tapejit.ops_window`) in a loop
-    body, which codegen iterates as a nest over its rows (one per loop: fusion puts windows of
-    different layouts in different loops); ``None`` without windows."""
-    for n in body:
-        if n.op == Op.WINDOW:
-            return n.attrs[:3]
-    return None
-
-
 def _layouts_agree(body, clone) -> bool:
-    """Whether recomputing ``clone`` in a loop with ``body`` keeps one ragged layout in it."""
+    """Whether recomputing ``clone`` in a loop with ``body`` keeps one ragged layout (the
+    ``(T, L0, dL)`` of its windows, :mod:`tapejit.ops_window`) in it."""
     got = {n.attrs[:3] for n in (*body, *clone) if n.op == Op.WINDOW}
     return len(got) <= 1
 
