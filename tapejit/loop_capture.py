@@ -25,6 +25,7 @@ then exactly the unrolled one, and the re-rolling pass sees it as before.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from typing import Callable
 
 from . import loop_source, tracing, views
@@ -91,6 +92,22 @@ def _int_slice(k) -> bool:
     return type(k) is slice and all(v is None or type(v) is int for v in (k.start, k.stop, k.step))
 
 
+@contextmanager
+def _reads_checked():
+    """Element reads checked (:func:`read`) while the block traces iterations; yields a list
+    whose one entry says, after the block, whether every read was an element read. The state
+    of an enclosing capture (a nest's row traced by :func:`run_nest` captures its inner loop)
+    is restored, and keeps a failure of the reads inside."""
+    outer = (_reading.capturing, _reading.ok)
+    _reading.capturing, _reading.ok = True, True
+    result = [True]
+    try:
+        yield result
+    finally:
+        result[0] = _reading.ok
+        _reading.capturing, _reading.ok = outer[0], outer[1] and result[0]
+
+
 def _run(it, body: Callable, carries: tuple) -> tuple:
     for v in it:
         carries = body(v, *carries)
@@ -146,17 +163,12 @@ def run_loop(it: range, body: Callable, carries: tuple, bases: Callable, writes:
     st = tracing._current.items[0]
     guards, conversion = len(st.guards), st.conversion_error
     history = [(*carries, *[w.node for w in writes])]
-    outer = (_reading.capturing, _reading.ok)  # (a nest's row being traced: run_nest)
-    _reading.capturing, _reading.ok = True, True
-    try:
+    with _reads_checked() as read_ok:
         for k in range(TRACED):
             carries = body(it[k], *carries)
             history.append((*carries, *[w.node for w in writes]))
-    finally:
-        read_ok = _reading.ok
-        _reading.capturing, _reading.ok = outer[0], outer[1] and read_ok
     rest = it[TRACED:]
-    ok = read_ok and len(st.guards) == guards and st.conversion_error is conversion
+    ok = read_ok[0] and len(st.guards) == guards and st.conversion_error is conversion
     ok = ok and all(w._view is None for w in writes)
     if ok:
         built = _build(history, len(carries), len(rest), st)
@@ -244,16 +256,12 @@ def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, bases: 
     st = tracing._current.items[0]
     guards, conversion, captured = len(st.guards), st.conversion_error, st.captured[0]
     history = []
-    _reading.capturing, _reading.ok = True, True  # reads at the row: elements of traced arrays
-    try:
+    with _reads_checked() as read_ok:  # reads at the row: elements of traced arrays
         for k in range(lo, lo + ROWS_TRACED):
             carries = body(it[k], *carries)
             history.append(carries[0])
-    finally:
-        read_ok = _reading.ok
-        _reading.capturing = False
     ok = (
-        read_ok
+        read_ok[0]
         and len(st.guards) == guards
         and st.conversion_error is conversion
         and st.captured[0] == captured + ROWS_TRACED * len(bounds[lo])
@@ -278,8 +286,8 @@ def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, bases: 
 
 def _regular_rows(bounds: list) -> tuple[int, int]:
     """``(lo, hi)``: the longest stretch of rows whose inner ranges (``bounds[r]``, a tuple per
-    row) all have at least :data:`MIN_TRIPS` iterations and whose starts, stops and steps
-    each move by a fixed step from row to row."""
+    row) all have at least :data:`MIN_TRIPS` iterations and whose starts, steps and lengths
+    each move by a fixed step from row to row (:func:`_steady`)."""
     good = [_long(rs) and len(rs) == len(bounds[0]) for rs in bounds]
     best, r = (0, 0), 0
     while r < len(bounds):
@@ -327,5 +335,5 @@ def prepare(f: Callable) -> Callable:
     )
 
 
-__all__ = ["MAX_ROWS", "MIN_TRIPS", "ROWS_TRACED", "TRACED", "can_capture", "prepare", "read", "run_loop",
-           "run_nest"]
+__all__ = ["MAX_ROWS", "MIN_TRIPS", "ROWS_TRACED", "TRACED", "can_capture", "prepare", "read",
+           "run_loop", "run_nest"]
