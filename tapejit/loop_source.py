@@ -394,21 +394,13 @@ class _Rewriter(ast.NodeTransformer):
         self.count += 1
         node = loop.node
         original = copy.deepcopy(node)
-        body = [_Reads(loop).visit(st) for st in node.body]
         carries = loop.carries
-        ret = ast.Return(_tuple(carries, ast.Load()))
-        args = ast.arguments(
-            posonlyargs=[], args=[ast.arg(a) for a in [loop.var, *carries]], vararg=None,
-            kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
-        )  # fmt: skip
         name, it = f"_tj_body_{k}", f"_tj_it_{k}"
-        fdef = ast.FunctionDef(name, args, [*body, ret], [], None, None, type_params=[])
+        fdef = _body_function(name, loop, node.body)
         call = ast.Call(
             ast.Name("_tj_for", ast.Load()),
             [ast.Name(it, ast.Load()), ast.Name(name, ast.Load()), _tuple(carries, ast.Load()),
-             ast.Lambda(_no_arguments(), ast.Tuple([copy.deepcopy(b) for b in loop.bases],
-                                                   ast.Load())),
-             _tuple(loop.writes, ast.Load()),
+             _bases(loop), _tuple(loop.writes, ast.Load()),
              _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
             [],
         )  # fmt: skip
@@ -425,7 +417,8 @@ class _Rewriter(ast.NodeTransformer):
             _tj_it_k = <iterable>
             if _tj_can(_tj_it_k):
                 carries = _tj_nest(_tj_it_k, _tj_body_k, carries,
-                                   lambda i: (<inner ranges>,), invariants, helpers)
+                                   lambda i: (<inner ranges>,), lambda: (<arrays read at i>,),
+                                   invariants, helpers)
             else:
                 for i in _tj_it_k: <body, its inner loop rewritten>
 
@@ -452,17 +445,10 @@ class _Rewriter(ast.NodeTransformer):
         k = self.count
         self.count += 1
         carries = loop.carries
-        args = ast.arguments(
-            posonlyargs=[], args=[ast.arg(a) for a in [loop.var, *carries]], vararg=None,
-            kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
-        )  # fmt: skip
         name, it = f"_tj_body_{k}", f"_tj_it_{k}"
-        ret = ast.Return(_tuple(carries, ast.Load()))
         # element reads at the row checked as a captured loop's are (the inner loops' bodies
         # too: they read the row's elements)
-        rows_body = [_Reads(loop).visit(st) for st in copy.deepcopy(node.body)]
-        fdef = ast.FunctionDef(name, args, [*rows_body, ret], [], None, None,
-                               type_params=[])  # fmt: skip
+        fdef = _body_function(name, loop, copy.deepcopy(node.body))
         inner = ast.Lambda(
             ast.arguments(posonlyargs=[], args=[ast.arg(loop.var)], vararg=None, kwonlyargs=[],
                           kw_defaults=[], kwarg=None, defaults=[]),
@@ -471,13 +457,27 @@ class _Rewriter(ast.NodeTransformer):
         call = ast.Call(
             ast.Name("_tj_nest", ast.Load()),
             [ast.Name(it, ast.Load()), ast.Name(name, ast.Load()), _tuple(carries, ast.Load()),
-             inner,
-             ast.Lambda(_no_arguments(), ast.Tuple([copy.deepcopy(b) for b in loop.bases],
-                                                   ast.Load())),
-             _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
+             inner, _bases(loop), _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
             [],
         )  # fmt: skip
         return _capture_or_run(fdef, it, carries, call, node, original.iter, original)
+
+
+def _body_function(name: str, loop: _Loop, body: list[ast.stmt]) -> ast.FunctionDef:
+    """``def name(var, *carries): <body, element reads at var checked>; return carries``."""
+    args = ast.arguments(
+        posonlyargs=[], args=[ast.arg(a) for a in [loop.var, *loop.carries]], vararg=None,
+        kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[],
+    )  # fmt: skip
+    ret = ast.Return(_tuple(loop.carries, ast.Load()))
+    stmts = [_Reads(loop).visit(st) for st in body]
+    return ast.FunctionDef(name, args, [*stmts, ret], [], None, None, type_params=[])
+
+
+def _bases(loop: _Loop) -> ast.Lambda:
+    """``lambda: (<the arrays the loop reads at its variable>,)``, evaluated once checked."""
+    return ast.Lambda(_no_arguments(), ast.Tuple([copy.deepcopy(b) for b in loop.bases],
+                                                 ast.Load()))  # fmt: skip
 
 
 def _capture_or_run(fdef: ast.FunctionDef, it: str, carries: list[str], call: ast.Call,
