@@ -102,7 +102,8 @@ read of an intermediate carry becomes a row of them, and another round of the pa
 
 Not re-rolled (left as they are): chains whose iterations read other elements of the carried
 array (``y[i] = y[i-2] + ...``), non-affine indices (``x[i*i]``, ``x[idx[i]]`` with a numpy
-``idx``), sliding windows (``x[i:i+3]``; in a sum they re-roll as rows, see below), two varying axes (``x[i, i]``), several accumulators
+``idx``), sliding windows (``x[i:i+3]``; in a sum they re-roll as rows, see below), two
+varying axes (``x[i, i]``), several accumulators
 that feed each other through more than the stored value (the one that reads the other stays
 unrolled), iterations whose guards did not roll (a guard on a loop-carried value, two guards
 an iteration, see :mod:`tapejit.passes.reroll_guards`), and

@@ -176,10 +176,7 @@ def ragged_sum(
     re-rolls and the chain nodes after it — or ``None``. ``users``: readers of each node (a
     chain node read elsewhere ends a run); ``guarded``: nodes a scalar guard reads (an
     iteration with one stays unrolled)."""
-    k = 0
-    while k < len(chain) and chain[k].op != Op.ADD:  # the first term, where the chain starts
-        k += 1
-    chain = chain[k:]
+    chain = _additions(chain)
     if len(chain) < MIN_RUN or any(c.op != Op.ADD or c.shape != () for c in chain):
         return None
     try:
@@ -215,10 +212,7 @@ def ragged_groups(
     after them in their order — a reassociation of the
     whole sum, so only for a chain whose partial sums nothing else reads. Returns ``(old,
     new, terms grouped, terms left)`` (see :func:`ragged_sum`) or ``None``."""
-    k = 0
-    while k < len(chain) and chain[k].op != Op.ADD:
-        k += 1
-    chain = chain[k:]
+    chain = _additions(chain)
     if len(chain) < MIN_GROUP or any(users.get(id(c), 0) != 1 for c in chain[:-1]):
         return None
     try:
@@ -342,6 +336,14 @@ class _Rows:
             return ops.reduce(Op.REDUCE_SUM, total, (0,))
         except (ValueError, IndexError, TypeError) as e:  # a row out of bounds (extended
             raise _Fail from e  # rows), an operand of a kind the ops refuse
+
+
+def _additions(chain: list[Node]) -> list[Node]:
+    """``chain`` from its first addition on (a sum's chain starts at its first term)."""
+    k = 0
+    while k < len(chain) and chain[k].op != Op.ADD:
+        k += 1
+    return chain[k:]
 
 
 def _terms(chain: list[Node]) -> list[Node | None]:
