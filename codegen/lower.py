@@ -1010,6 +1010,8 @@ class Interface:
                     # it copies the accumulator into the result first: one pointer to the
                     # result (two would alias), the block's offset a size
                     line += f"@{spell('offset', id(n), (offset,))}|"
+                    line += "splice|" if _spliced(n) else ""
+                    line += "placed|" if _block_in_place(L, n) else ""
                     line += ",".join(ref(a) for a in n.args) + f">p{buf(n)}"
                 parts.append(line)
                 continue
@@ -1179,6 +1181,23 @@ def _lower_shape(L: Lowering, n: Node) -> None:
         L.define(n, L.flat(idx, n.shape), L.load(x, src))
 
 
+def _spliced(n: Node) -> bool:
+    """Whether scatter ``n`` writes a contiguous block into a constant (which memory planning
+    leaves unmaterialised, :func:`tapejit.passes.fusion.fuse`): its code fills the result around
+    the block and writes the block once."""
+    acc = n.args[0]
+    return acc.op == Op.CONST and ops.index_view_offset(acc.shape, n.attrs) is not None
+
+
+def _block_in_place(L: "Lowering", n: Node) -> bool:
+    """Whether spliced scatter ``n``'s update was computed into its block already (memory
+    planning, :func:`tapejit.passes.memplan._place_blocks`): only the fill around it is left."""
+    if n.op != Op.SCATTER or not _spliced(n):
+        return False
+    (ps, po), (us, uo) = L.location(n), L.location(n.args[1])
+    return ps is not None and us == ps and uo == po + ops.index_view_offset(n.args[0].shape, n.attrs)
+
+
 def _lower_index(L: Lowering, n: Node) -> None:
     if n.op == Op.INDEX:
         return _lower_shape(L, n)
@@ -1187,16 +1206,33 @@ def _lower_index(L: Lowering, n: Node) -> None:
     if n.op in WINDOW_OPS:
         return WINDOW_OPS[n.op](L, n)
     acc, upd = n.args
-    if L.location(n) != L.location(acc):  # not in place: start from a copy of acc
-        L.copy_into(L.ptr(n), acc)
     base, offset, strides = L.scatter_target(n)
     b = L.b
+    fresh = L.location(n) != L.location(acc)
+    # a constant (zeros, the start of a gradient or a concatenation) with a contiguous block
+    # written: the constant around the block, and the block written once (acc[items] + upd
+    # with the constant's value: no fill of the block, no load)
+    spliced = fresh and _spliced(n)
+    if spliced:
+        c = L.load(acc, None)
+        start = _i64(offset)
+        end = b.add(start, _i64(L.size(L.shape(upd))))
+        with L.loop(start) as i:
+            L.store_to(base, i, c, n.dtype)
+        with L.loop(b.sub(_i64(L.size(L.shape(acc))), end)) as i:
+            L.store_to(base, b.add(end, i), c, n.dtype)
+        if _block_in_place(L, n):
+            return
+    elif fresh:  # not in place: start from a copy of acc
+        L.copy_into(L.ptr(n), acc)
     us = L.shape(upd)
     with L.nest(us) as idx:
         at = L.affine(idx, offset, strides)
         u = L.load(upd, L.flat(idx, us) if idx else None)
         if n.op == Op.SCATTER:  # acc[items] = upd
             L.store_to(base, at, u, n.dtype)
+        elif spliced:  # the constant + upd
+            L.store_to(base, at, b.fadd(c, u), n.dtype)
         else:  # acc[items] += upd
             p = b.gep(base, [at], inbounds=True)
             b.store(b.fadd(b.load(p), u), p)
@@ -1304,13 +1340,33 @@ def _lower_loop(L: Lowering, k) -> None:
             L.regs[id(n)] = b.load(accs[id(n)])
 
 
+def _row_of(L: Lowering, rows: tuple[int, ...], tt: ir.Value) -> ir.Value:
+    """``rows[tt]`` (i64), read from a constant table emitted once per module and ``rows``."""
+    tables = L.module.__dict__.setdefault("_tapejit_rows", {})
+    table = tables.get(rows)
+    if table is None:
+        ty = ir.ArrayType(I64, len(rows))
+        table = ir.GlobalVariable(L.module, ty, name=f"{L.name}.rows{len(tables)}")
+        table.initializer = ty([I64(r) for r in rows])
+        table.global_constant = True
+        table.linkage = "internal"
+        tables[rows] = table
+    return L.b.load(L.b.gep(table, [I64(0), tt], inbounds=True))
+
+
 def _lower_loop_node(L: Lowering, n: Node) -> None:
     """A ``loop`` node (see :class:`tapejit.ops.LoopSpec`) as a rolled native loop: the carries
     live in the node's result (``carry_a``); each iteration calls the body's function with
     pointers to the index, the carries, this iteration's slices of the xs and the params, and
     gets the next carries in scratch (``carry_b``, copied back) and its ys written straight into
     the stacked results; a condition is a function called before each iteration. The number of
-    iterations run is stored in the result and added to the program's iteration counters."""
+    iterations run is stored in the result and added to the program's iteration counters.
+
+    Links (:class:`tapejit.ops.History`, :class:`tapejit.ops.Accumulate`) read their ``rows``
+    from a constant ``i64`` table in the module at ``tt``: a history xs is a pointer into the
+    result where ``rows[tt] >= 0``, its operand's row ``tt`` elsewhere (a ``select``); an
+    accumulated y is zeroed before the loop, written by the body to scratch (``acc_b``) and
+    added to its row after the call. A loop without links emits the code it always did."""
     spec, lp = n.attrs[0], L.prog.loops[id(n)]
     lay = ops.loop_layout(spec)
     b = L.b
@@ -1343,6 +1399,12 @@ def _lower_loop_node(L: Lowering, n: Node) -> None:
             L.copy_into(dst, a)
     x_ptrs = [L.ptr(x) for x in xs]
     p_ptrs = [pointer(p) for p in params]
+    hist = {h.x: h for h in spec.history}
+    accs = {a.y: (a, lp.acc_b[k]) for k, a in enumerate(spec.accumulate)}
+    for y in accs:  # an accumulated y starts at zero (every row, also those no iteration adds to)
+        seg = lay.ys[y]
+        with L.loop(seg.size) as i:
+            b.store(F64(0.0), at(out, b.add(I64(seg.offset), i)))
     limit: ir.Value = I64(spec.max_steps)
     if spec.dynamic:
         s = b.fptosi(L.load(n.args[0], None), I64)
@@ -1378,14 +1440,34 @@ def _lower_loop_node(L: Lowering, n: Node) -> None:
         b.position_at_end(go)
     b.store(b.sitofp(b.add(tt, I64(spec.start)), F64), i_slot)
     x_t = [at(p, b.mul(tt, I64(x.type.size // spec.max_steps))) for p, x in zip(x_ptrs, xs)]
+    for k, h in hist.items():  # rows[tt] >= 0: that row of the loop's own stacked y
+        seg = lay.ys[h.y]
+        r = _row_of(L, h.rows, tt)
+        own = b.gep(out, [b.add(I64(seg.offset), b.mul(r, I64(seg.size // spec.max_steps)))])
+        x_t[k] = b.select(b.icmp_signed(">=", r, I64(0)), own, x_t[k])
     ys = [
-        at(out, b.add(I64(seg.offset), b.mul(tt, I64(seg.size // spec.max_steps))))
-        for seg in lay.ys
+        scratch(accs[y][1])
+        if y in accs
+        else at(out, b.add(I64(seg.offset), b.mul(tt, I64(seg.size // spec.max_steps))))
+        for y, seg in enumerate(lay.ys)
     ]
     call(body_fn, [i_slot, *carry_a, *x_t, *p_ptrs], [*carry_b, *ys], lp.body_ws)
     for seg, src, dst in zip(lay.carries, carry_b, carry_a):
         with L.loop(seg.size) as i:
             b.store(b.load(at(src, i)), at(dst, i))
+    for y, (a, _) in accs.items():  # rows[tt] >= 0: add y_t to that row
+        seg, size = lay.ys[y], lay.ys[y].size // spec.max_steps
+        r = _row_of(L, a.rows, tt)
+        add = L.fn.append_basic_block("loopnode.acc")
+        cont = L.fn.append_basic_block("loopnode.acc.done")
+        b.cbranch(b.icmp_signed(">=", r, I64(0)), add, cont)
+        b.position_at_end(add)
+        row = at(out, b.add(I64(seg.offset), b.mul(r, I64(size))))
+        with L.loop(size) as i:
+            p = at(row, i)
+            b.store(b.fadd(b.load(p), b.load(at(ys[y], i))), p)
+        b.branch(cont)
+        b.position_at_end(cont)
     b.store(b.add(t, I64(1)), count)
     b.branch(head)
     b.position_at_end(done)

@@ -55,16 +55,21 @@ def _fit(ct, arg: Node):
 
 
 def _total(contribs: list, node: Node) -> Node:
-    """One cotangent from dense contributions (added) and sparse ones (scatter-added)."""
+    """One cotangent from dense contributions (added) and sparse ones (scatter-added). The
+    first sparse one into zeros is *written* (``scatter``; ``0 + g`` is ``g`` but for the sign
+    of a zero, which no cotangent's use tells apart): memory planning can then compute it
+    straight into its block (:func:`tapejit.passes.memplan.plan`)."""
     dense = [c for c in contribs if isinstance(c, Node)]
     sparse = [c for c in contribs if isinstance(c, ops.Sparse)]
     acc = None
     for c in dense:
         acc = c if acc is None else ops.add(acc, c)
+    zeros = None
     if sparse and acc is None:
-        acc = ops.const(0.0, node.shape)
+        acc = zeros = ops.const(0.0, node.shape)
     for s in sparse:
-        acc = ops.make(Op.SCATTER_ADD, acc, s.g, attrs=s.items)
+        op = Op.SCATTER if acc is zeros else Op.SCATTER_ADD
+        acc = ops.make(op, acc, s.g, attrs=s.items)
     return acc if acc is not None else ops.const(0.0, node.shape)
 
 
@@ -114,6 +119,7 @@ def loop_vjp(
     wrt_params: tuple[bool, ...],
     checkpoint: bool,
     prefix: str,
+    linked: frozenset[int] = frozenset(),
 ) -> tuple[Graph, ops.LoopVJP]:
     """Split a loop body for reverse mode: ``(forward body with residual outputs, LoopVJP)``.
 
@@ -128,7 +134,10 @@ def loop_vjp(
     * ``checkpoint``: only the carries are stored; B recomputes the iteration's forward values
       from them (less memory, about one more forward evaluation of the body per iteration).
 
-    ``x_t`` is never stored: B reads it from the stacked ``xs``.
+    ``x_t`` is never stored: B reads it from the stacked ``xs`` — except for the xs in
+    ``linked`` (positions among the xs: those a :class:`tapejit.ops.History` reads from the
+    loop's own ys), which have no stack B could read: they are residuals where B reads them,
+    and B takes no ``x_t`` input for them.
     """
     ins = body.inputs
     i_in, carries = ins[0], ins[1 : 1 + n_carry]
@@ -167,10 +176,12 @@ def loop_vjp(
     for n in nodes:
         if any(id(a) in variant for a in n.args):
             variant.add(id(n))
-    keep_in = {id(n) for n in [i_in, *xs, *params]}
+    keep_in = {id(n) for n in [i_in, *params]} | {
+        id(x) for k, x in enumerate(xs) if k not in linked
+    }
     residuals: list[Node] = []
     if checkpoint:
-        residuals = list(carries)
+        residuals = list(carries) + [x for k, x in enumerate(xs) if k in linked]
     else:
         wanted: set[int] = set()
         byid = {id(n): n for n in nodes}
@@ -192,7 +203,8 @@ def loop_vjp(
         for o in b_outs:
             if id(o) in forward:
                 want(byid[id(o)])
-        order = [*carries, *(n for n in nodes if n.op != Op.INPUT)]
+        hist = [x for k, x in enumerate(xs) if k in linked]
+        order = [*carries, *hist, *(n for n in nodes if n.op != Op.INPUT)]
         residuals = [n for n in order if id(n) in wanted]
 
     # B's inputs, in order: i, ct_carry', acc, residual_t, ct_y_t, x_t, param
@@ -223,17 +235,25 @@ def loop_vjp(
     for k, ct in enumerate(ct_out[n_carry:]):
         take(ct, f"cty{k}", ct.type)
     for k, x in enumerate(xs):
-        take(x, f"x{k}", x.type)
+        if k not in linked:
+            take(x, f"x{k}", x.type)
     for k, p in enumerate(params):
         take(p, f"p{k}", p.type)
     leaked = [c for c in carries if id(c) not in mapping]
+    leaked += [x for k, x in enumerate(xs) if k in linked and id(x) not in mapping]
     # forward reshapes B reads are recomputed from their (stored or available) operands
     b_body = substitute(b_outs, mapping)
     stray = {id(c) for c in leaked} & {id(n) for n in toposort(b_body)}
     if stray:
-        raise AssertionError("a carry reached the backward body without being stored")
+        raise AssertionError("a carry or history xs reached the backward body unstored")
     bgraph = Graph(f"{body.name}.vjp", tuple(b_inputs), ("inactive",) * len(b_inputs), b_body)
+    # a residual that is a y of the body is read from that y's stack, not stored again
+    y_of = {}
+    for j, o in enumerate(outs[n_carry:]):
+        y_of.setdefault(id(o), j)
+    shared = tuple(y_of.get(id(r), -1) if r.dtype == "f64" else -1 for r in residuals)
+    stored = [s for s, j in zip(stored, shared) if j < 0]
     fwd = body.replace(outputs=outs + tuple(stored))
     return verify(fwd), ops.LoopVJP(
-        verify(bgraph), len(residuals), tuple(wrt_xs), tuple(wrt_params)
+        verify(bgraph), len(stored), tuple(wrt_xs), tuple(wrt_params), shared
     )

@@ -127,8 +127,10 @@ class LoopJVP:
     ``body``: inputs ``(i, carry..., t_carry..., x_t..., t_x_t..., param..., t_param...)``,
     outputs ``(carry'..., t_carry'..., t_y_t...)`` — tangents only for the carries of
     ``carries``, the xs and params that have one (as asked) and the ys of ``ys``; the primal
-    ys are left out (the primal loop has them), the primal carries kept (the tangents need
-    them). ``cond``
+    ys are left out (the primal loop has them) but for those of ``keep`` (the ys a
+    :class:`tapejit.ops.History` reads: the tangent loop reads them too), output after the
+    tangents of the carries; the primal carries are kept (the tangents need them). ``xs``:
+    which xs have a tangent (as asked, and a history xs whenever its y has one). ``cond``
     (a ``while_loop``'s): inputs ``(carry..., t_carry..., param..., t_param...)``, the same
     verdict (the tangent inputs are unused).
     """
@@ -137,6 +139,8 @@ class LoopJVP:
     cond: Graph | None
     carries: tuple[bool, ...]
     ys: tuple[bool, ...]
+    xs: tuple[bool, ...] = ()
+    keep: tuple[int, ...] = ()
 
 
 class _Inputs:
@@ -174,29 +178,41 @@ def loop_body_jvp(
     """The JVP of ``spec``'s body for tangents of the initial carries, xs and params marked
     ``True``. A carry gets a tangent if its initial value has one or an iteration gives it one
     (a fixed point of the activity analysis over the body's carry dependencies); a y gets one
-    if it depends on a varying input."""
+    if it depends on a varying input. A history xs (:class:`tapejit.ops.History`) gets one
+    when its operand has one or its y does, and its y then gets one too (zero if nothing it
+    depends on varies)."""
     body, nc, nx = spec.body, spec.n_carry, spec.n_xs
     ins, outs = body.inputs, body.outputs
     i_in, carries = ins[0], ins[1 : 1 + nc]
     xs, params = ins[1 + nc : 1 + nc + nx], ins[1 + nc + nx :]
     nodes = body.nodes
-    fixed = {id(x) for x, w in zip(xs, wrt_xs) if w} | {
+    links = {h.x: h for h in spec.history}
+    keep = tuple(sorted({h.y for h in spec.history}))
+    fixed = {id(x) for k, (x, w) in enumerate(zip(xs, wrt_xs)) if w and k not in links} | {
         id(p) for p, w in zip(params, wrt_params) if w
     }
     act = tuple(wrt_carries)
+    act_x = tuple(bool(w) and k not in links for k, w in enumerate(wrt_xs))
     while True:
-        varied = autodiff.varied_from(nodes, fixed | {id(c) for c, w in zip(carries, act) if w})
+        seeds = {id(c) for c, w in zip(carries, act) if w}
+        seeds |= {id(xs[k]) for k in links if act_x[k]}
+        varied = autodiff.varied_from(nodes, fixed | seeds)
         grown = tuple(w or id(o) in varied for w, o in zip(act, outs[:nc]))
-        if grown == act:
+        ys_v = [id(o) in varied for o in outs[nc:]]
+        grown_x = tuple(
+            w or (k in links and (bool(wrt_xs[k]) or ys_v[links[k].y])) for k, w in enumerate(act_x)
+        )
+        if grown == act and grown_x == act_x:
             break
-        act = grown
-    act_y = tuple(id(o) in varied for o in outs[nc:])
+        act, act_x = grown, grown_x
+    forced = {h.y for k, h in links.items() if act_x[k]}
+    act_y = tuple(v or j in forced for j, v in enumerate(ys_v))
 
     new = _Inputs(ins)
     new.primal((i_in, *carries))
     new.tangent(carries, act)
     new.primal(xs)
-    new.tangent(xs, wrt_xs)
+    new.tangent(xs, act_x)
     new.primal(params)
     new.tangent(params, wrt_params)
     p_outs = substitute(outs, new.mapping)
@@ -209,6 +225,7 @@ def loop_body_jvp(
     b_outs = (
         *p_outs[:nc],
         *(tan(o) for o, w in zip(p_outs[:nc], act) if w),
+        *(p_outs[nc + y] for y in keep),
         *(tan(o) for o, w in zip(p_outs[nc:], act_y) if w),
     )
     jbody = Graph(f"{body.name}.jvp", tuple(new.nodes), ("inactive",) * len(new.nodes), b_outs)
@@ -230,4 +247,6 @@ def loop_body_jvp(
             ("inactive",) * len(cnew.nodes),
             substitute(c.outputs, cnew.mapping),
         )
-    return LoopJVP(verify(jbody), None if jcond is None else verify(jcond), act, act_y)
+    return LoopJVP(
+        verify(jbody), None if jcond is None else verify(jcond), act, act_y, act_x, keep
+    )

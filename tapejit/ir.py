@@ -567,7 +567,8 @@ class LoopPlan:
     """How a ``loop`` node runs: its body (and condition) as programs of their own, and where its
     scratch lives in the enclosing workspace (byte offsets): ``carry_b`` holds the next carries
     (one block per carry), ``body_ws``/``cond_ws`` the sub-programs' workspaces, ``cond_out``
-    the condition's result (one f64)."""
+    the condition's result (one f64), ``acc_b`` the body's output for each accumulated y (one
+    block per entry of ``LoopSpec.accumulate``, in its order), added to its row after the call."""
 
     body: "Program"
     cond: "Program | None"
@@ -575,6 +576,7 @@ class LoopPlan:
     body_ws: int
     cond_ws: int
     cond_out: int
+    acc_b: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

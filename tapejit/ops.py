@@ -29,10 +29,10 @@ maximum is the mean of the tied operands' tangents), so ``<J v, w> = <v, J^T w>`
 from __future__ import annotations
 
 import enum
-import hashlib
 import math
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -879,7 +879,7 @@ def _matmul_vjp(g, a, b):
     return ga, gb
 
 
-_NO_COTANGENT = lambda g, out, *args: (None,) * len(args)  # noqa: E731
+_NO_COTANGENT = lambda g, out, *args: (None,) * len(args)
 
 # ----------------------------------------------------------------------------------------------
 # JVP rules. Each takes (t, out, *args) — ``t`` one tangent per argument, a node of the
@@ -980,342 +980,7 @@ def _matmul_jvp(t, out, a, b):
     )
 
 
-_ZERO_TANGENT = lambda t, out, *args: None  # noqa: E731
-
-# ----------------------------------------------------------------------------------------------
-# Structured loops: one primitive whose body is a sub-graph (see tapejit/control.py for the user
-# API and docs/loops.md for the design). The body is never unrolled: codegen lowers it to one
-# function called once per iteration.
-
-
-@dataclass(frozen=True)
-class LoopVJP:
-    """How to differentiate a loop: the backward body and what the forward body stores.
-
-    ``body`` (B) has inputs ``(i, ct_carry..., ct_param_acc..., residual_t..., ct_y_t..., x_t...,
-    param...)`` and outputs ``(ct_carry_prev..., ct_param_acc'..., ct_x_t...)`` — cotangent
-    accumulators only for the params in ``wrt_params``, ``ct_x`` only for the xs in ``wrt_xs``.
-    The forward body's last ``n_residuals`` outputs are the residuals, stacked per iteration.
-    """
-
-    body: ir.Graph
-    n_residuals: int
-    wrt_xs: tuple[bool, ...]
-    wrt_params: tuple[bool, ...]
-
-
-@dataclass(frozen=True)
-class LoopSpec:
-    """The static description of a ``loop`` node (its one attribute).
-
-    ``body``: inputs ``(i, carry..., x_t..., param...)``, outputs ``(carry'..., y_t...)``; ``i``
-    is the f64 iteration index ``start + t``. ``cond`` (optional): inputs ``(carry...,
-    param...)``, output a bool scalar; the loop stops before the first iteration where it is
-    false. The node's arguments are ``[steps] carry_init... xs... params...`` — ``steps``
-    (an f64 scalar, present when ``dynamic``) bounds the iterations run at run time; each ``x``
-    has shape ``(max_steps, *x_t.shape)``. ``reverse`` runs ``t = steps-1, ..., 0``. The result
-    is one flat f64 vector (see :func:`loop_layout`): the final carries, each ``y`` stacked to
-    ``(max_steps, *y_t.shape)``, and the number of iterations run. Stacked entries past the
-    iterations run are unspecified (zero in the reference): only residual stacks can have such
-    entries (user-visible ys come from loops that always run ``max_steps`` iterations), and the
-    backward loop reads exactly the iterations that ran.
-    """
-
-    body: ir.Graph
-    n_carry: int
-    n_xs: int
-    max_steps: int
-    cond: ir.Graph | None = None
-    start: int = 0
-    reverse: bool = False
-    dynamic: bool = False
-    vjp: LoopVJP | None = None
-    _repr: list = field(default_factory=list, compare=False, repr=False)
-
-    def __repr__(self) -> str:
-        # deterministic and unique per body (CSE keys, kernel keys and the cache key print it)
-        if not self._repr:
-
-            def digest(g):
-                return (
-                    "-"
-                    if g is None
-                    else hashlib.sha256(ir.format_graph(g).encode()).hexdigest()[:16]
-                )
-
-            v = self.vjp
-            wrt = "".join("1" if w else "0" for w in (v.wrt_xs + v.wrt_params if v else ()))
-            vjp = "-" if v is None else f"{digest(v.body)}/{v.n_residuals}/{wrt}"
-            self._repr.append(
-                f"loop(max_steps={self.max_steps}, carry={self.n_carry}, xs={self.n_xs}, "
-                f"start={self.start}, reverse={self.reverse}, dynamic={self.dynamic}, "
-                f"body={digest(self.body)}, cond={digest(self.cond)}, vjp={vjp})"
-            )
-        return self._repr[0]
-
-
-@dataclass(frozen=True)
-class Segment:
-    """A part of a loop's flat result: ``offset`` and ``size`` in elements, and its shape."""
-
-    offset: int
-    size: int
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class LoopLayout:
-    carries: tuple[Segment, ...]
-    ys: tuple[Segment, ...]  # stacked: shape (max_steps, *y_t.shape)
-    steps: int  # offset of the iterations-run counter
-    size: int
-
-
-def loop_layout(spec: LoopSpec) -> LoopLayout:
-    """Where each result of a loop lives in its flat f64 result."""
-    outs = spec.body.outputs
-    off, carries, ys = 0, [], []
-    for o in outs[: spec.n_carry]:
-        carries.append(Segment(off, o.type.size, o.shape))
-        off += o.type.size
-    for o in outs[spec.n_carry :]:
-        shape = (spec.max_steps, *o.shape)
-        ys.append(Segment(off, spec.max_steps * o.type.size, shape))
-        off += spec.max_steps * o.type.size
-    return LoopLayout(tuple(carries), tuple(ys), off, off + 1)
-
-
-#: Ops that compute nothing (views): not worth hoisting out of a loop body on their own.
-_FREE = (Op.RESHAPE,)
-
-
-def hoist_invariants(
-    body: ir.Graph, n_fixed: int, params: list[Node], prefix: str
-) -> tuple[ir.Graph, list[Node]]:
-    """Loop-invariant code motion for a loop body.
-
-    ``body``'s inputs are ``n_fixed`` per-iteration inputs followed by one input per node of
-    ``params`` (the loop's operands). A body node that depends only on params and constants
-    computes the same value in every iteration: each such node that an iteration-dependent node
-    (or an output) reads is rebuilt outside the loop on ``params`` and passed in as a new param.
-    Returns the new body and param list (``params`` plus the hoisted nodes).
-    """
-    pin = body.inputs[n_fixed:]
-    invariant = {id(p) for p in pin}
-    nodes = body.nodes
-    for n in nodes:
-        if n.op == Op.CONST or (
-            n.op != Op.INPUT and n.args and all(id(a) in invariant for a in n.args)
-        ):
-            invariant.add(id(n))
-    frontier: list[Node] = []
-    seen: set[int] = set()
-
-    def visit(a: Node) -> None:
-        if id(a) in invariant and a.op not in LEAF and id(a) not in seen:
-            if a.op in _FREE:  # hoist what the view reads, keep the view in the body
-                return visit(a.args[0])
-            seen.add(id(a))
-            frontier.append(a)
-
-    for n in nodes:
-        if id(n) not in invariant:
-            for a in n.args:
-                visit(a)
-    for o in body.outputs:
-        visit(o)
-    if not frontier:
-        return body, list(params)
-    outer = ir.substitute(tuple(frontier), {id(p): q for p, q in zip(pin, params)})
-    start = len(body.inputs)
-    new_in = [input_node(start + k, f"{prefix}h{k}", n.type) for k, n in enumerate(frontier)]
-    outs = ir.substitute(body.outputs, {id(n): m for n, m in zip(frontier, new_in)})
-    inputs = body.inputs + tuple(new_in)
-    g = ir.Graph(body.name, inputs, ("inactive",) * len(inputs), outs)
-    return g, list(params) + list(outer)
-
-
-def extend_inputs(g: ir.Graph, types: list[Type], prefix: str) -> ir.Graph:
-    """``g`` with unused inputs of ``types`` appended (a sub-graph taking a loop's new params)."""
-    start = len(g.inputs)
-    extra = tuple(input_node(start + k, f"{prefix}e{k}", t) for k, t in enumerate(types))
-    return g.replace(inputs=g.inputs + extra, kinds=g.kinds + ("inactive",) * len(extra))
-
-
-def _loop(types, attrs):
-    (spec,) = attrs
-    body = spec.body
-    want = [t.type for t in body.inputs[1:]]
-    lead = 1 if spec.dynamic else 0
-    if len(types) != lead + len(want):
-        raise ValueError(f"loop takes {lead + len(want)} operands, got {len(types)}")
-    if spec.dynamic and types[0] != Type(()):
-        raise TypeError(f"the step count of a loop is an f64 scalar, got {types[0]}")
-    for k, (t, w) in enumerate(zip(types[lead:], want)):
-        if spec.n_carry <= k < spec.n_carry + spec.n_xs:
-            w = Type((spec.max_steps, *w.shape), w.dtype)
-        if t != w:
-            raise TypeError(f"loop operand {k} has type {t}, the body expects {w}")
-    outs = body.outputs
-    if len(outs) < spec.n_carry or [o.type for o in outs[: spec.n_carry]] != want[: spec.n_carry]:
-        raise TypeError("a loop body must return carries of the types it takes")
-    if any(o.dtype != "f64" for o in outs) or body.inputs[0].type != Type(()):
-        raise TypeError("loop bodies take an f64 index and return f64 values")
-    if spec.cond is not None and spec.cond.outputs[0].type != Type((), "bool"):
-        raise TypeError("a loop condition returns a bool scalar")
-    return Type((loop_layout(spec).size,), "f64")
-
-
-def eval_graph(g: ir.Graph, values: list) -> list:
-    """The outputs of ``g`` on ``values`` (one per input, in order), by the reference
-    implementations: the numpy semantics of a sub-graph."""
-    env = {id(n): np.asarray(v, dtype=ir.NUMPY_DTYPE[n.dtype]) for n, v in zip(g.inputs, values)}
-    with np.errstate(all="ignore"):
-        for n in g.nodes:
-            if id(n) in env:
-                continue
-            if n.op == Op.CONST:
-                env[id(n)] = np.full(n.shape, n.attrs[0], dtype=ir.NUMPY_DTYPE[n.dtype])
-            else:
-                env[id(n)] = np.asarray(
-                    OPS[n.op].ref(n.attrs, *(env[id(a)] for a in n.args)),
-                    dtype=ir.NUMPY_DTYPE[n.dtype],
-                )
-    return [env[id(o)] for o in g.outputs]
-
-
-def _loop_ref(attrs, *args):
-    (spec,) = attrs
-    lay = loop_layout(spec)
-    lead = 1 if spec.dynamic else 0
-    steps = spec.max_steps
-    if spec.dynamic:
-        steps = max(0, min(spec.max_steps, int(np.asarray(args[0]))))
-    carries = [np.asarray(a, dtype=np.float64) for a in args[lead : lead + spec.n_carry]]
-    xs = args[lead + spec.n_carry : lead + spec.n_carry + spec.n_xs]
-    params = list(args[lead + spec.n_carry + spec.n_xs :])
-    out = np.zeros(lay.size)
-    done = 0
-    for t in reversed(range(steps)) if spec.reverse else range(steps):
-        if spec.cond is not None and not bool(eval_graph(spec.cond, carries + params)[0]):
-            break
-        res = eval_graph(
-            spec.body,
-            [np.float64(spec.start + t), *carries, *(np.asarray(x)[t] for x in xs), *params],
-        )
-        carries = res[: spec.n_carry]
-        for seg, y in zip(lay.ys, res[spec.n_carry :]):
-            size = seg.size // spec.max_steps
-            out[seg.offset + t * size : seg.offset + (t + 1) * size] = np.ravel(y)
-        done += 1
-    for seg, c in zip(lay.carries, carries):
-        out[seg.offset : seg.offset + seg.size] = np.ravel(c)
-    out[lay.steps] = done
-    return out
-
-
-def segment(x: Node, seg: Segment) -> Node:
-    return reshape(index(x, ((seg.offset, seg.offset + seg.size, 1),)), seg.shape)
-
-
-def _loop_vjp(g, out, *args):
-    """Cotangents of a loop's operands: a reverse loop over the stored residuals, running as
-    many iterations as the forward loop did (Griewank & Walther, ch. 12: the reverse sweep of a
-    loop reads a stack of its iterations' states; JAX's scan transpose does the same)."""
-    spec: LoopSpec = out.attrs[0]
-    v = spec.vjp
-    if v is None:
-        raise RuleError(
-            "op 'loop' has no VJP rule for this loop (a backward loop, or one built "
-            "without differentiation)"
-        )
-    lay = loop_layout(spec)
-    lead = 1 if spec.dynamic else 0
-    xs = args[lead + spec.n_carry : lead + spec.n_carry + spec.n_xs]
-    params = args[lead + spec.n_carry + spec.n_xs :]
-    n_user = len(lay.ys) - v.n_residuals
-    ct_c = [segment(g, s) for s in lay.carries]
-    ct_y = [segment(g, s) for s in lay.ys[:n_user]]
-    res = [segment(out, s) for s in lay.ys[n_user:]]
-    steps = index(out, (lay.steps,))
-    acc0 = [const(0.0, p.shape) for p, w in zip(params, v.wrt_params) if w]
-    n_acc = len(acc0)
-    n_fixed = 1 + spec.n_carry + n_acc + len(res) + len(ct_y) + len(xs)
-    bbody, bparams = hoist_invariants(v.body, n_fixed, list(params), "v")
-    bspec = LoopSpec(
-        bbody,
-        spec.n_carry + n_acc,
-        len(res) + len(ct_y) + len(xs),
-        spec.max_steps,
-        start=spec.start,
-        reverse=not spec.reverse,
-        dynamic=True,
-    )
-    bwd = make(Op.LOOP, steps, *ct_c, *acc0, *res, *ct_y, *xs, *bparams, attrs=(bspec,))
-    blay = loop_layout(bspec)
-    ct_init = [segment(bwd, s) for s in blay.carries[: spec.n_carry]]
-    accs = iter(segment(bwd, s) for s in blay.carries[spec.n_carry :])
-    ct_xs = iter(segment(bwd, s) for s in blay.ys)
-    return (
-        *([None] * lead),
-        *ct_init,
-        *(next(ct_xs) if w else None for w in v.wrt_xs),
-        *(next(accs) if w else None for w in v.wrt_params),
-    )
-
-
-def _loop_jvp(t, out, *args):
-    """Tangent of a loop's result: a loop over the JVP of the body (built by
-    :func:`tapejit.forward.loop_body_jvp`), which carries the tangents of the carries alongside
-    the primal carries, scans the tangents of the xs that have one, takes the tangents of the
-    params that have one as params, stacks the tangents of the ys, and runs under the same
-    condition and step count (a ``while_loop``'s condition gets no tangent; neither does the
-    step count, an integer). Any loop differentiates so, backward loops of reverse mode
-    included (forward-over-reverse). The tangent loop recomputes the primal carries (it needs
-    them) but not the ys; its flat result's tangent segments are scattered into the layout of
-    ``out``, with zeros for the segments and step counter that have no tangent."""
-    from . import forward  # forward imports this module
-
-    spec: LoopSpec = out.attrs[0]
-    lead = 1 if spec.dynamic else 0
-    nc, nx = spec.n_carry, spec.n_xs
-    carries, xs = args[lead : lead + nc], args[lead + nc : lead + nc + nx]
-    params = args[lead + nc + nx :]
-    tc, tx, tp = t[lead : lead + nc], t[lead + nc : lead + nc + nx], t[lead + nc + nx :]
-    jv = forward.loop_body_jvp(
-        spec, tuple(c is not None for c in tc), tuple(x is not None for x in tx),
-        tuple(p is not None for p in tp),
-    )  # fmt: skip
-    if not any(jv.carries) and not any(jv.ys):
-        return None
-    t_init = [_or_zero(a, c) for c, a, w in zip(carries, tc, jv.carries) if w]
-    t_xs = [a for a in tx if a is not None]
-    t_params = [a for a in tp if a is not None]
-    n_fixed = 1 + nc + len(t_init) + nx + len(t_xs)
-    body, new_params = hoist_invariants(jv.body, n_fixed, [*params, *t_params], "j")
-    cond = jv.cond
-    extra = new_params[len(params) + len(t_params) :]
-    if cond is not None and extra:
-        cond = extend_inputs(cond, [p.type for p in extra], "j")
-    jspec = LoopSpec(body, nc + len(t_init), nx + len(t_xs), spec.max_steps, cond=cond,
-                     start=spec.start, reverse=spec.reverse, dynamic=spec.dynamic)  # fmt: skip
-    loop = make(Op.LOOP, *args[:lead], *carries, *t_init, *xs, *t_xs, *new_params, attrs=(jspec,))
-    lay, jlay = loop_layout(spec), loop_layout(jspec)
-    src = iter(jlay.carries[nc:] + jlay.ys)
-    pieces: list[list[int]] = []  # [source offset, target offset, size], adjacent ones merged
-    for seg, w in zip(lay.carries + lay.ys, jv.carries + jv.ys):
-        if w:
-            s = next(src)
-            last = pieces[-1] if pieces else None
-            if last and last[0] + last[2] == s.offset and last[1] + last[2] == seg.offset:
-                last[2] += seg.size
-            else:
-                pieces.append([s.offset, seg.offset, seg.size])
-    acc = const(0.0, out.shape)
-    for a, b, n in pieces:
-        acc = make(Op.SCATTER, acc, index(loop, ((a, a + n, 1),)), attrs=((b, b + n, 1),))
-    return acc
-
+_ZERO_TANGENT = lambda t, out, *args: None
 
 # ----------------------------------------------------------------------------------------------
 # The table: one block per primitive. Adding an op is its member of Op, one block here and its row
@@ -1483,7 +1148,7 @@ defop(Op.SCATTER, "index", 2, _scatter, _scatter_set_ref,
                                 index(g, out.attrs)),
       jvp=_scatter_jvp)
 
-from .ops_table import (  # noqa: E402  (the rules build on the builders above)
+from .ops_table import (
     _add_at_jvp,
     _add_at_ref,
     _add_at_type,
@@ -1504,7 +1169,7 @@ defop(Op.TAKE, "index", 2, _take_type, _take_ref, _take_vjp, jvp=_take_jvp)
 defop(Op.ADD_AT, "index", 3, _add_at_type, _add_at_ref, _add_at_vjp, jvp=_add_at_jvp)
 # put(acc, idx, upd): acc with rows idx[t] replaced by upd[t], the positions distinct
 defop(Op.PUT, "index", 3, _put_type, _put_ref, _put_vjp, jvp=_put_jvp)
-from .ops_window import (  # noqa: E402  (the rules build on the builders above)
+from .ops_window import (
     _window_add_jvp,
     _window_add_ref,
     _window_add_type,
@@ -1524,7 +1189,7 @@ defop(Op.WINDOW_ADD, "index", 2, _window_add_type, _window_add_ref, _window_add_
 # -- linear algebra, control, leaves
 defop(Op.MATMUL, "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),
       lambda g, out, a, b: _matmul_vjp(g, a, b), jvp=_matmul_jvp)
-from .ops_linalg import (  # noqa: E402  (the rules build on the builders above)
+from .ops_linalg import (
     _eigh_jvp,
     _eigh_ref,
     _eigh_vjp,
@@ -1539,6 +1204,25 @@ defop(Op.EIGH, "linalg", 1, _eigh, _eigh_ref, _eigh_vjp, jvp=_eigh_jvp)
 # svd(a): the thin SVD of the (m, n) matrix a, k = min(m, n), flat: U (m x k, row-major), then
 # s (k, descending), then Vt (k x n, row-major), by LAPACK's dgesdd, jobz='S' (codegen/blas.py)
 defop(Op.SVD, "linalg", 1, _svd, _svd_ref, _svd_vjp, jvp=_svd_jvp)
+from .ops_loop import (  # noqa: F401  (the rules build on the builders above; re-exported)
+    Accumulate,
+    History,
+    LoopLayout,
+    LoopSpec,
+    LoopVJP,
+    Segment,
+    _loop,
+    _loop_jvp,
+    _loop_ref,
+    _loop_vjp,
+    eval_graph,
+    extend_inputs,
+    hoist_invariants,
+    loop_layout,
+    segment,
+)
+
+# loop(...): a structured loop whose body is a sub-graph (tapejit/ops_loop.py)
 defop(Op.LOOP, "control", -1, _loop, _loop_ref, _loop_vjp, jvp=_loop_jvp)
 # custom(out, operands...): the value is out; the rules are the user's (attrs[0], a
 # tapejit.custom.Rule); the passes replace the node by out before code generation

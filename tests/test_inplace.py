@@ -465,3 +465,66 @@ def test_one_value_written_through_a_traced_mask_is_a_where():
     other = RNG.uniform(0.5, 1.5, 6)
     assert grad.value_and_grad(other)[0] == pytest.approx(f(other), rel=1e-14)
     assert len(grad.specialisations) == 1
+
+
+# -- blocks written into a constant ----------------------------------------------------------------
+
+
+def _zeros_then_block(x):
+    y = np.zeros_like(x, shape=(12,))
+    y[3:7] = np.tanh(x[:4] * 2.0)  # a block of zeros overwritten: the update lands in place
+    return np.sum(np.sin(y) * np.arange(12.0)) + y[5] * x[6]
+
+
+def _ones_plus_block(x):
+    y = np.ones_like(x, shape=(4, 3))
+    y[1:3] += x[:6].reshape(2, 3) ** 2  # added into a constant other than zero
+    return np.sum(y * y * x[:12].reshape(4, 3))
+
+
+def _concatenated(x):
+    a = np.exp(x[:3])
+    b = np.matmul(x[3:7].reshape(2, 2), x[7:9])
+    return np.sum(np.concatenate([a, b, -a]) ** 2 * x[:8])
+
+
+def _signed_zero_block(x):
+    y = np.zeros_like(x, shape=(5,))
+    y[1:3] += -0.0 * x[:2]  # 0.0 + (-0.0) is +0.0: numpy's, kept
+    return np.sum(np.arctan2(y, -1.0) * x[:5])
+
+
+def _constant_read_then_written(x):
+    u = np.exp(x[:3]) * 1.9
+    c = np.zeros_like(x, shape=(6,)) + 1.5  # in memory: the product below reads it
+    d = (x[:6] * np.sum(u)) @ c  # its last read before the write
+    c[1:4] = u  # the write updates the constant's buffer in place: u cannot be computed there
+    return np.sum(c**2 * np.arange(6.0)) + d
+
+
+@pytest.mark.parametrize(
+    "f",
+    [_zeros_then_block, _ones_plus_block, _concatenated, _signed_zero_block,
+     _constant_read_then_written],
+)  # fmt: skip
+def test_blocks_written_into_constants(f):
+    """A scatter into a constant fills around its block and writes the block once; an update
+    computed for that block alone is computed straight into it (memory planning): the values
+    and gradients are numpy's."""
+    check(f, RNG.normal(size=12))
+
+
+def test_an_update_computed_into_its_block():
+    """The cotangent of a slice of a packed parameter vector (``W = p[a:b].reshape``) is
+    written by the kernel that computes it, into its block of the gradient: no copy."""
+    from tapejit.runtime.variant import compile_graph  # noqa: F401  (the plan is what is checked)
+
+    def f(p):
+        W = p[:16].reshape(4, 4)
+        return np.sum(np.tanh(W @ p[16:20]))
+
+    p = RNG.normal(size=20)
+    grad = tj.compile(f, p, cache=False)
+    check(f, p)
+    plan = grad.ir("plan")
+    assert "alias of" in plan and "scatter" in plan, plan

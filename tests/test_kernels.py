@@ -222,7 +222,8 @@ def test_offsets_into_one_buffer_share_a_function_without_size_arguments():
     uses = module._tapejit_kernels
     busiest = sorted(uses, key=lambda name: len(uses[name]), reverse=True)[:2]
     for name in busiest:
-        assert len(uses[name]) >= 32  # one kernel per window
+        # one kernel per window (the first cotangent into zeros writes its block: its own)
+        assert len(uses[name]) >= 31
         assert "i64" not in sig[name]  # same length: no size argument
     grad = tj.compile(windows, x, cache=False)
     check_against_oracles(windows, x, grad)

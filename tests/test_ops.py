@@ -253,6 +253,9 @@ def _cases(op) -> list[Case]:
                 "[checkpointed]",
             ),
             Case(op, [(), (4,)], _loop_case_scalar, "[fori, scalar carry]"),
+            Case(op, [(4,), (6, 4), (6, 4), (4,)], _loop_case_history, "[history]"),
+            Case(op, [(4,), (6, 4), (6, 4), (4,)],
+                 lambda c, x, f, p: _loop_case_history(c, x, f, p, True), "[history, checkpointed]"),
         ]
     if op == "custom":  # a hand-given rule, built by tapejit.custom: tests/test_custom.py
         return []
@@ -308,6 +311,24 @@ def _loop_case_scalar(c0, p):
     body, vjp = autodiff.loop_vjp(body, 1, 0, (), (True,), False, "u")
     spec = ops.LoopSpec(body, 1, 0, 4, start=2, vjp=vjp)
     return ops.segment(ops.make("loop", c0, p, attrs=(spec,)), ops.loop_layout(spec).carries[0])
+
+
+def _loop_case_history(c0, xs, fallback, p, checkpointed=False):
+    """A graph model's vertex loop: ``s = c + h_t``, ``c' = tanh(s * p + x_t)``, ``y_t = c'``,
+    where ``h_t`` is the output of an earlier iteration (:class:`tapejit.ops.History`) or,
+    for rows -1, row t of ``fallback``; the loss sees the final carry and every output."""
+    i, c, x, h, q = _body_inputs((), (4,), (4,), (4,), (4,))
+    c2 = ops.elementwise("tanh", ops.add(ops.mul(ops.add(c, h), q), x))
+    body = Graph("body", (i, c, x, h, q), ("inactive",) * 5, (c2, c2))
+    body, vjp = autodiff.loop_vjp(
+        body, 1, 2, (True, True), (True,), checkpointed, "u", linked=frozenset({1})
+    )
+    rows = (-1, -1, 0, -1, 1, 2)
+    spec = ops.LoopSpec(body, 1, 2, 6, vjp=vjp, history=(ops.History(1, 0, rows),))
+    lay = ops.loop_layout(spec)
+    loop = ops.make("loop", c0, xs, fallback, p, attrs=(spec,))
+    ys = ops.reduce("reduce_sum", ops.mul(ops.segment(loop, lay.ys[0]), ops.segment(loop, lay.ys[0])), (0,))
+    return ops.add(ops.segment(loop, lay.carries[0]), ys)
 
 
 PRIMITIVES = [op for op in ops.OPS if ops.OPS[op].group != "leaf"]

@@ -228,6 +228,14 @@ RULE_CASES = {
             lambda g: "scatter_add" not in _ops_in(g),
         ),
     ],
+    "scatter-whole": [  # c[0:n] = u over the whole array is u
+        (
+            lambda u: mk("scatter", c(0.0, (2, 3)), u, attrs=((0, 2, 1), (0, 3, 1))),
+            [(2, 3)],
+            (),
+            lambda g: "scatter" not in _ops_in(g),
+        ),
+    ],
     "custom": [  # a hand-given rule's node (tapejit.custom) is its first operand
         (
             lambda x: mk("custom", mk("exp", x), x, attrs=("rule",)),

@@ -147,7 +147,9 @@ def _must_materialise(g: Graph, cls: dict[int, str]) -> set[int]:
         c = cls[id(n)]
         if c in ("leaf", "scalar", "body", "reduce"):
             continue
-        for a in n.args:
+        for k, a in enumerate(n.args):
+            if k == 0 and n.op in ops.SCATTER and a.op == Op.CONST:
+                continue  # a constant written into: codegen fills the result around the write
             if a.shape != ():
                 must.add(id(alias_root(a)))
     return must

@@ -150,8 +150,10 @@ def plan(g: Graph) -> Program:
 
     # Buffer classes: extent, size, output.
     members: dict[int, list[int]] = {}
-    for i in sorted(mat, key=lambda i: define.get(i, 0)):
+    rank = {id(n): k for k, n in enumerate(nodes)}  # ties broken by graph order, not by ids
+    for i in sorted(mat, key=lambda i: (define.get(i, 0), rank.get(i, 0))):
         members.setdefault(classes.find(i), []).append(i)
+    placed = _place_blocks(steps, mat, last, outputs, classes, members)
     slots: dict[int, Slot] = {}
     for i, (n, k) in enumerate(zip(g.inputs, g.kinds)):
         if n.shape != ():
@@ -176,7 +178,7 @@ def plan(g: Graph) -> Program:
             copies.append((k, o))
         else:
             out_of[c] = k
-    offset_of, workspace = _linear_scan(members, out_of, define, last, byid)
+    offset_of, workspace = _linear_scan(members, out_of, define, last, byid, rank)
     for c, ids in members.items():
         slot = Slot("out", out_of[c]) if c in out_of else Slot("ws", offset_of[c])
         for i in ids:
@@ -184,6 +186,8 @@ def plan(g: Graph) -> Program:
     for n in nodes:
         if classify(n) == "alias":
             slots[id(n)] = Slot("alias", alias_offset(n), of=n.args[0])
+    for r, (n, o) in placed.items():
+        slots[r] = Slot("alias", o, of=n)
 
     loops, workspace = _plan_loops(nodes, workspace)
     prog = Program(g, sched.kernels, slots, tuple(copies), workspace, {}, loops)
@@ -197,11 +201,47 @@ def plan(g: Graph) -> Program:
     return prog
 
 
+def _place_blocks(steps, mat, last, outputs, classes, members) -> dict[int, tuple[Node, int]]:
+    """Updates computed straight into their block of a result: a ``scatter`` of a block into a
+    constant (codegen fills the result around the block, ``codegen/lower.py``) whose update is
+    a value of its own (a buffer no other value shares, read last by the scatter, not an
+    output, the whole of its buffer) is computed into the block — the scatter then only fills
+    around it. The update's buffer joins the scatter's class (live from the update's
+    definition on). Returns update id -> (scatter, element offset of the block)."""
+    placed: dict[int, tuple[Node, int]] = {}
+    for t, n, _stage in steps:
+        if n.op != Op.SCATTER or id(n) not in mat or n.args[0].op != Op.CONST:
+            continue
+        if id(alias_root(n.args[0])) in mat:
+            continue  # the constant is in memory (another reader): the scatter updates it
+        o = ops.index_view_offset(n.args[0].shape, n.attrs)
+        u = n.args[1]
+        r = alias_root(u)
+        c = classes.find(id(r))
+        if (
+            o is None
+            or id(r) not in mat
+            or id(r) in outputs
+            or id(r) in placed
+            or r.dtype != n.dtype
+            or _view_offset(u) != 0
+            or r.type.size != u.type.size
+            or last.get(id(r)) != t
+            or members.get(c) != [id(r)]
+        ):
+            continue
+        del members[c]
+        members[classes.find(id(n))].append(id(r))
+        placed[id(r)] = (n, o)
+    return placed
+
+
 def _plan_loops(nodes: list[Node], top: int) -> tuple[dict[int, LoopPlan], int]:
     """Plan the body and condition of every ``loop`` node as programs of their own (optimised
-    by the same pipeline) and give each loop its scratch after the workspace's other buffers
-    (a loop's scratch is live only while it runs; it is not shared between loops — simple, and
-    small next to the residual stacks, which are the loop's result and planned as usual)."""
+    by the same pipeline) and give each loop its scratch (next carries, accumulated ys before
+    they are added, the sub-programs' workspaces) after the workspace's other buffers (a loop's
+    scratch is live only while it runs; it is not shared between loops — simple, and small
+    next to the residual stacks, which are the loop's result and planned as usual)."""
     from . import optimise  # the pass pipeline (this module is part of it)
 
     loops: dict[int, LoopPlan] = {}
@@ -223,13 +263,19 @@ def _plan_loops(nodes: list[Node], top: int) -> tuple[dict[int, LoopPlan], int]:
         for c in spec.body.outputs[: spec.n_carry]:
             carry_b.append(top)
             top += _round(c.type.nbytes)
+        acc_b = []  # an accumulated y_t, before it is added to its row
+        for a in spec.accumulate:
+            acc_b.append(top)
+            top += _round(spec.body.outputs[spec.n_carry + a.y].type.nbytes)
         body_ws = top
         top += _round(body.workspace_bytes)
         cond_ws = top
         top += _round(cond.workspace_bytes) if cond is not None else 0
         cond_out = top
         top += ALIGN
-        loops[id(n)] = LoopPlan(body, cond, tuple(carry_b), body_ws, cond_ws, cond_out)
+        loops[id(n)] = LoopPlan(
+            body, cond, tuple(carry_b), body_ws, cond_ws, cond_out, tuple(acc_b)
+        )
     return loops, top
 
 
@@ -254,12 +300,12 @@ def _round(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def _linear_scan(members, out_of, define, last, byid) -> tuple[dict[int, int], int]:
+def _linear_scan(members, out_of, define, last, byid, rank) -> tuple[dict[int, int], int]:
     """Workspace offset of every buffer class not in an output, and the workspace size (see the
     module docstring)."""
     todo = sorted(
         (c for c in members if c not in out_of),
-        key=lambda c: min(define.get(i, 0) for i in members[c]),
+        key=lambda c: min((define.get(i, 0), rank.get(i, 0)) for i in members[c]),
     )
     offsets: dict[int, int] = {}
     busy: list[tuple[float, int, int]] = []  # heap of (end time, size, offset) of blocks in use

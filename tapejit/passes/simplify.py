@@ -273,6 +273,14 @@ def _scatter_add(n, rw):
     return None
 
 
+def _scatter(n, rw):
+    """``c[all] = upd`` is ``upd`` (a cotangent's first contribution, over the whole array)."""
+    acc, upd = n.args
+    if acc.op == Op.CONST and upd.shape == n.shape and _whole(n.shape, n.attrs):
+        return upd
+    return None
+
+
 def _reduce_sum(n, rw):
     (x,) = n.args
     s = _scalar(x)
@@ -313,6 +321,7 @@ RULES: list[tuple[str, tuple[Op, ...] | None, object, str]] = [
     ("transpose", (Op.TRANSPOSE,), _transpose, "exact: also one that moves only unit axes"),
     ("index", (Op.INDEX,), _index, "exact: indexing a broadcast scalar"),
     ("scatter-add-whole", (Op.SCATTER_ADD,), _scatter_add, "0 + u -> u may turn +0.0 into -0.0"),
+    ("scatter-whole", (Op.SCATTER,), _scatter, "exact: every element overwritten"),
     ("reduce-sum", (Op.REDUCE_SUM,), _reduce_sum, "sum of a broadcast s -> count*s (rounding)"),
     ("reduce-max", (Op.REDUCE_MAX,), _reduce_max, "exact"),
 ]
