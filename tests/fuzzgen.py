@@ -17,6 +17,8 @@ branch on each element: a guard per iteration, which re-rolling rolls), and
 
 from __future__ import annotations
 
+import math
+import random
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
@@ -176,6 +178,37 @@ def _ragged_loop(data, prog: "Program", a: str, sa: tuple) -> None:
     prog.features.add("ragged")
 
 
+def _graph_loop(data, prog: "Program", a: str, sa: tuple) -> None:
+    """A graph model's vertex loop (tapejit/passes/reroll_history.py): each vertex a small
+    layer on the previous vertex's output plus, where a constant table has one, an earlier
+    vertex's output; the weights sliced out of one flat vector (``p[v*w : (v+1)*w]``). At
+    least 24 vertices, so that the loop re-rolls (reroll.MIN_RUN)."""
+    w = data.draw(st.sampled_from([1, 2, 3]))
+    V = data.draw(st.integers(24, 40))
+    size = math.prod(sa) if sa else 1
+    k = (V * w) // size + 1
+    m = prog.new((V * w,), f"np.concatenate([np.ravel({a})] * {k})[:{V * w}] * 0.6", "graph")
+    rng = random.Random(data.draw(st.integers(0, 2**16)))
+    p = data.draw(st.sampled_from([0.3, 0.6, 1.0]))
+    table = [None] + [
+        rng.randrange(0, v - 1) if v >= 2 and rng.random() < p else None for v in range(1, V)
+    ]
+    op = data.draw(st.sampled_from(["np.tanh({x})", "np.sin({x}) * 0.8", "{x} / (1.0 + {x} * {x})"]))
+    v, outs, tab = f"v{prog.k}", f"outs{prog.k}", f"skip{prog.k}"
+    prog.k += 1
+    prog.lines.append(f"    {tab} = {table!r}")
+    prog.lines.append(f"    {outs} = [np.tanh({m}[0:{w}])]")
+    prog.lines.append(f"    for u in range(1, {V}):")
+    prog.lines.append(f"        s = {outs}[u - 1]")
+    prog.lines.append(f"        if {tab}[u] is not None:")
+    prog.lines.append(f"            s = s + {outs}[{tab}[u]]")
+    x = f"{m}[u * {w} : (u + 1) * {w}] * s + 0.1"
+    prog.lines.append(f"        {outs}.append({op.format(x=f'({x})')})")
+    prog.lines.append(f"    {v} = np.sum({outs}[-1]) + 0.1 * np.sum({outs}[{V // 2}])")
+    prog.shapes[v] = ()
+    prog.features.add("graph")
+
+
 def _pick(data, prog: Program, want=None) -> str | None:
     names = [n for n, s in prog.shapes.items() if want is None or want(s)]
     return data.draw(st.sampled_from(names)) if names else None
@@ -186,7 +219,7 @@ def _statement(data, prog: Program) -> None:
         st.sampled_from(
             ["unary", "unary", "binary", "binary", "reduce", "index", "inplace", "matmul",
              "where", "guard", "pyloop", "pyguard", "fori", "scan", "while", "kink", "assemble",
-             "capture", "ragged"]
+             "capture", "ragged", "graph"]
         )
     )  # fmt: skip
     a = _pick(data, prog)
@@ -340,6 +373,8 @@ def _statement(data, prog: Program) -> None:
         _capture_loop(data, prog, a, sa)
     elif kind == "ragged":
         _ragged_loop(data, prog, a, sa)
+    elif kind == "graph":
+        _graph_loop(data, prog, a, sa)
     elif kind == "fori":
         prog.new(sa, f"tj.fori_loop(0, 3, lambda i, c: c * 0.8 + np.sin(c) * 0.1 + i * 0.01, {a})", "fori")
     elif kind == "scan":

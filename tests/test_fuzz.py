@@ -248,6 +248,7 @@ def test_random_programs_match_numpy_and_finite_differences(data):
     COUNTS["loops captured while tracing"] += g.stats["reroll"]["captured"]["loops"]
     COUNTS["guards rolled"] += g.stats["reroll"]["guards"]
     COUNTS["ragged loops re-rolled"] += g.stats["reroll"].get("ragged", 0)
+    COUNTS["graph loops re-rolled"] += g.stats["reroll"].get("history", 0)
     jvp, hvp = _check_forward(f, xs, src, rng) if outcomes[0] == "ok" else ("skipped", "skipped")
     COUNTS[f"jvp {jvp}"] += 1
     COUNTS[f"hvp {hvp}"] += 1

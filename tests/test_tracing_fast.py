@@ -75,4 +75,6 @@ def test_small_arrays_made_anew_are_one_const_input():
     assert len(consts) == 3, consts  # w, and z of each sign pattern
     np.testing.assert_allclose(interpret.evaluate(g, [x])[0], f(x), rtol=1e-14)
     grad = tj.compile(f, x, cache=False)
-    assert grad.stats["reroll"]["iterations"] + grad.stats["reroll"]["captured"]["iterations"] > 30
+    rolled = grad.stats["reroll"]["iterations"] + grad.stats["reroll"]["captured"]["iterations"]
+    assert rolled >= 19  # 38 iterations: 19 of a loop over pairs (z alternates), or 38 of one
+    assert grad.stats["nodes"]["trace"] < 60, grad.stats["nodes"]

@@ -44,6 +44,15 @@ every further iteration is walked against it. The walk stops at *leaves*:
   (an integer on the array's first axis) moves other than by a step (``x[idx[e]]`` of a numpy
   ``idx``, ``p[nbr[k], 0]``), the rows each iteration reads, taken through a table of them
   (:func:`tapejit.ops_table.take`; tried where the affine template gives no run);
+* ``block`` — a slice of one array whose start moves by a step, ``x[a + b*k : a + b*k + L : s]``
+  (``p[3*i : 3*i + 3]``, a vertex's weights ``params[v*P : v*P + n]``): scanned as the rows of
+  a ``window`` (:mod:`tapejit.ops_window`) — or, when the blocks of one array lie in tiles of
+  ``b`` rows laid end to end, as a view of the array (``(T, b)``), each block a slice of its
+  tile (:func:`_tiles`);
+* ``hist`` — in a graph model's vertex loop (:mod:`tapejit.passes.reroll_history`), the output
+  of an earlier iteration, a ``-0.0`` pad, or a value from before the loop: a *history* input
+  of the loop (:class:`tapejit.ops.History`) reading the loop's stacked outputs at a row per
+  iteration (or its operand, for pads and values from before);
 * ``iconst`` — a scalar constant that is an integer affine in ``k`` (``i`` used as a number):
   computed in the body from the iteration index (exactly: integers below 2**52);
 * ``cseq`` — any other scalar constant that differs between iterations (``mu[i]`` of a numpy
@@ -102,8 +111,7 @@ read of an intermediate carry becomes a row of them, and another round of the pa
 
 Not re-rolled (left as they are): chains whose iterations read other elements of the carried
 array (``y[i] = y[i-2] + ...``), non-affine indices (``x[i*i]``, ``x[idx[i]]`` with a numpy
-``idx``), sliding windows (``x[i:i+3]``; in a sum they re-roll as rows, see below), two
-varying axes (``x[i, i]``), several accumulators
+``idx``), two varying axes (``x[i, i]``), several accumulators
 that feed each other through more than the stored value (the one that reads the other stays
 unrolled), iterations whose guards did not roll (a guard on a loop-carried value, two guards
 an iteration, see :mod:`tapejit.passes.reroll_guards`), and
@@ -129,11 +137,12 @@ from typing import Callable
 
 import numpy as np
 
-from .. import ir, ops, ops_table
+from .. import ir, ops, ops_table, ops_window
 from ..ir import Graph, Node, Type, substitute
 from ..ops import Op
 from ..progress import log
 from .reroll_guards import roll_guards
+from .reroll_history import fallback, history_rows, pad_history
 from .reroll_flat import per_row_builder
 from .reroll_ragged import ragged_groups, ragged_sum
 from .reroll_sums import partition_sum, partition_writes
@@ -142,6 +151,7 @@ from .reroll_match import (  # noqa: F401  (MIN_RUN, MIN_SHORT_RUN: the document
     MIN_SHORT_RUN,
     _Fail,
     _Run,
+    _block,
     _chains,
     _find_runs,
     _periodic_part,
@@ -189,6 +199,12 @@ def _read_sequence(run: _Run, r: Node, T: int, table: Callable[[tuple], Node] | 
     moves other than affinely, the rows taken through a table of them (``take``), then the
     rest of the index."""
     first = run.first[id(r)]
+    if run.tpl.kind[id(r)] == "block":  # blocks of rows, the start moving: one window
+        (_, step), a = _block(first.attrs)
+        (b,) = run.steps[id(r)]
+        count, src = first.shape[0], first.args[0]
+        w = ops_window.window(src, (T, count, 0, a, b, step))
+        return ops.reshape(w, (T, count, *src.shape[1:]))
     rows = run.rows.get(id(r))
     if rows is None:
         return _scanned(first.args[0], first.attrs, run.steps[id(r)], T)[0]
@@ -198,6 +214,41 @@ def _read_sequence(run: _Run, r: Node, T: int, table: Callable[[tuple], Node] | 
     taken = ops_table.take(src, table(tuple(float(v) for v in rows)))
     rest = first.attrs[1:]
     return ops.index(taken, ((0, T, 1), *rest)) if rest else taken
+
+
+def _tiles(run: _Run, T: int) -> dict[tuple, list[Node]]:
+    """The block reads of a run (``p[v*P : v*P + n]``, ``p[v*P + n : (v+1)*P]``) that read
+    contiguous blocks of one array moving by one step ``b``, grouped by array and step, when
+    every iteration's blocks lie within a *tile* of ``b`` rows that the iterations' tiles cover
+    back to back: the loop then scans the tiles (a view of the array, not a copy) and each
+    block is a slice of its iteration's tile."""
+    groups: dict[tuple, list[Node]] = {}
+    for r in run.tpl.leaves:
+        if run.tpl.kind[id(r)] != "block":
+            continue
+        (_, step), _a = _block(run.first[id(r)].attrs)
+        (b,) = run.steps[id(r)]
+        if step == 1 and b > 0:
+            groups.setdefault((id(r.args[0]), b), []).append(r)
+    out = {}
+    for key, rs in groups.items():
+        b = key[1]
+        starts = [_block(run.first[id(r)].attrs)[1] for r in rs]
+        lo, hi = min(starts), max(a + r.shape[0] for a, r in zip(starts, rs))
+        if hi - lo <= b and lo + b * T <= rs[0].args[0].shape[0]:
+            out[key] = rs
+    return out
+
+
+def _tile(run: _Run, rs: list[Node], T: int) -> tuple[Node, Type]:
+    """The tiles of a group of :func:`_tiles`: the array's rows from the first block's start,
+    ``(T, b, *rest)``, and the type of one."""
+    src = rs[0].args[0]
+    lo = min(_block(run.first[id(r)].attrs)[1] for r in rs)
+    (b,) = run.steps[id(rs[0])]
+    rest = src.shape[1:]
+    node = ops.reshape(ops.index(src, ((lo, lo + b * T, 1),)), (T, b, *rest))
+    return node, Type((b, *rest))
 
 
 def _unscanned(ys: Node, axis: int) -> Node:
@@ -298,7 +349,7 @@ def _build_reduction(
         out: Node | None = None
         if kind == "same":
             out = R
-        elif kind == "xs":
+        elif kind in ("xs", "block"):
             out = _read_sequence(run, R, T, table)
         elif kind == "cseq":
             out = tables[id(R)]
@@ -333,12 +384,15 @@ def _build_reduction(
 def _build_loop(
     run: _Run, chain: list[Node], number: int, diff: _Differentiable,
     table: Callable[[tuple], Node] | None = None, expose: bool = False,
+    pads: frozenset = frozenset(),
 ) -> tuple[Node, bool, Node | None]:
     """The node that replaces ``chain[run.hi]``, whether it is a sum (no loop), and with
     ``expose`` (a sequential loop), the carries after each iteration stacked (``ys``: what
     replaces ``chain[run.lo + t]``, row ``t``, where the carries are read outside the loop).
     ``table(values)``: a constant input holding ``values`` (the numbers a ``cseq`` leaf takes,
-    one per iteration); without it, a run with such a leaf fails."""
+    one per iteration); without it, a run with such a leaf fails. ``pads``: the ids of the
+    ``-0.0`` pads of :func:`tapejit.passes.reroll_history.pad_history` (a ``hist`` leaf that
+    reads one reads ``-0.0``)."""
     from .. import autodiff  # autodiff imports the passes' users; import late
 
     tpl = run.tpl
@@ -361,9 +415,26 @@ def _build_loop(
     params: list[Node] = []
     param_refs: list[Node] = []
     tables: dict[int, Node] = {}
+    history: list[ops.History] = []
+    position = {id(n): k for k, n in enumerate(chain)}
+    tile_groups = _tiles(run, T)
+    tiles = {id(r): key for key, rs in tile_groups.items() for r in rs}
+    tile_in: dict[tuple, Node] = {}
+    tile_lo = {key: min(_block(run.first[id(r)].attrs)[1] for r in rs)
+               for key, rs in tile_groups.items()}  # fmt: skip
     for r in tpl.leaves:
         kind = tpl.kind[id(r)]
-        if kind == "cseq":  # a number per iteration: a constant table, scanned
+        if kind == "hist":  # a row of the loop's own outputs, or of the operand
+            if map_mode or len(run.hist.get(id(r), ())) != T:
+                raise _Fail
+            rows, fb = history_rows(run.hist[id(r)], position, run.lo, pads)
+            history.append(ops.History(len(xs), 0, rows))
+            x_in = ops.input_node(len(inputs), f"{prefix}x{len(xs)}", r.type)
+            inputs.append(x_in)
+            xs.append(fallback(T, r, fb, table))
+            mapping[id(r)] = x_in
+            expose = True  # the outputs the history reads, stacked
+        elif kind == "cseq":  # a number per iteration: a constant table, scanned
             if table is None or len(run.tables.get(id(r), ())) != T:
                 raise _Fail
             node = tables[id(r)] = table(run.tables[id(r)])
@@ -371,7 +442,20 @@ def _build_loop(
             inputs.append(x_in)
             xs.append(node)
             mapping[id(r)] = x_in
-        elif kind == "xs":
+        elif kind == "block" and id(r) in tiles:  # a slice of the iteration's tile
+            key = tiles[id(r)]
+            if key not in tile_in:
+                node, t_type = _tile(run, tile_groups[key], T)
+                tile_in[key] = ops.input_node(len(inputs), f"{prefix}x{len(xs)}", t_type)
+                inputs.append(tile_in[key])
+                xs.append(node)
+            (_, _), a = _block(run.first[id(r)].attrs)
+            lo = a - tile_lo[key]
+            part = tile_in[key]
+            if lo != 0 or r.shape[0] != part.shape[0]:
+                part = ops.index(part, ((lo, lo + r.shape[0], 1),))
+            mapping[id(r)] = part
+        elif kind in ("xs", "block"):
             node = _read_sequence(run, r, T, table)
             x_in = ops.input_node(len(inputs), f"{prefix}x{len(xs)}", r.type)
             inputs.append(x_in)
@@ -424,12 +508,13 @@ def _build_loop(
     body, all_params = ops.hoist_invariants(body, 1 + n_carry + n_xs, params, f"{prefix}h")
     vjp = None
     if any(diff(n) for n in carries + xs + all_params):
-        wrt_xs = tuple(diff(x) for x in xs)
+        linked = frozenset(h.x for h in history)
+        wrt_xs = tuple(k in linked or diff(x) for k, x in enumerate(xs))
         wrt_params = tuple(diff(p) for p in all_params)
         body, vjp = autodiff.loop_vjp(
-            body, n_carry, n_xs, wrt_xs, wrt_params, False, prefix=f"{prefix}b"
+            body, n_carry, n_xs, wrt_xs, wrt_params, False, prefix=f"{prefix}b", linked=linked
         )
-    spec = ops.LoopSpec(body, n_carry, n_xs, T, start=0, vjp=vjp)
+    spec = ops.LoopSpec(body, n_carry, n_xs, T, start=0, vjp=vjp, history=tuple(history))
     loop = ops.make(Op.LOOP, *carries, *xs, *all_params, attrs=(spec,))
     lay = ops.loop_layout(spec)
     if not map_mode:
@@ -587,7 +672,7 @@ def extend(chain: list[Node], chain_ids: set[int], extra: int, number: str, diff
         raise _Fail
     run = runs[-1]
     tpl = run.tpl
-    if any(tpl.kind[id(r)] in ("iconst", "cseq") for r in tpl.leaves):
+    if any(tpl.kind[id(r)] in ("iconst", "cseq", "hist") for r in tpl.leaves):
         raise _Fail  # a number that varies: its values in the iterations not traced are unknown
     if run.init is None or len({id(n) for n in chain}) != len(chain):
         raise _Fail  # an iteration that does not read its carry, or changes nothing
@@ -605,6 +690,12 @@ def extend(chain: list[Node], chain_ids: set[int], extra: int, number: str, diff
         if tpl.kind[id(r)] in ("xs", "write"):
             first = run.first[id(r)]
             in_bounds(first.attrs, run.steps[id(r)], first.args[0].type.shape)
+        elif tpl.kind[id(r)] == "block":  # the first and the last row of the last block
+            first = run.first[id(r)]
+            (_, step), a = _block(first.attrs)
+            top = a + run.steps[id(r)][0] * last
+            if not (0 <= top and top + step * (first.shape[0] - 1) < first.args[0].shape[0]):
+                raise _Fail
     if tpl.root_varies:  # a map: the written positions
         in_bounds(run.root_first_items, run.root_step, chain[-1].type.shape)
     node, _, _ = _build_loop(run, chain, number, diff)
@@ -636,7 +727,7 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
         for k, v in stats.items():
             if k == "nodes_before":
                 total.setdefault(k, v)
-            elif k in ("iterations", "loops", "reductions", "guards", "ragged"):
+            elif k in ("iterations", "loops", "reductions", "guards", "ragged", "history"):
                 total[k] = total.get(k, 0) + v
             else:
                 total[k] = v
@@ -646,17 +737,21 @@ def reroll(g: Graph) -> tuple[Graph, dict]:
     return g, total
 
 
-def _round(g: Graph) -> tuple[Graph, dict, bool]:
+def _round(g: Graph, pad: bool = True) -> tuple[Graph, dict, bool]:
     """One round of :func:`reroll`; also whether it exposed a loop's carries (see
-    :data:`ROUNDS`)."""
+    :data:`ROUNDS`). Vertex-loop chains are padded first (``pad``,
+    :func:`tapejit.passes.reroll_history.pad_history`); a round that then builds no loop
+    reading its history is done again without the padding (which would only cost adds)."""
     t0 = time.perf_counter()
+    stats = {"nodes_before": len(g.nodes), "nodes_after": len(g.nodes), "iterations": 0,
+             "loops": 0, "reductions": 0, "guards": 0, "ragged": 0, "history": 0}  # fmt: skip
+    g0 = g
+    g, padded, pads = pad_history(g) if pad else (g, 0, frozenset())
     nodes = g.nodes
-    stats = {"nodes_before": len(nodes), "nodes_after": len(nodes), "iterations": 0, "loops": 0,
-             "reductions": 0, "guards": 0, "ragged": 0}  # fmt: skip
     chains = _chains(nodes)
     if not chains:
         stats["seconds"] = time.perf_counter() - t0
-        return g, stats, False
+        return g0, stats, False
     # chain nodes another chain reads directly (a sequential loop's carries, stored: y[i] = c)
     owner = {id(n): c for c, chain in enumerate(chains) for n in chain}
     read_outside: set[int] = set()
@@ -711,7 +806,7 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
             for phase in [tail] + [q for q in range(period) if q != tail]:
                 sub = chain[phase::period]
                 mine = {id(n) for n in chain} - {id(n) for n in sub}
-                runs = _find_runs(sub, spine_ids - mine, guarded, known)
+                runs = _find_runs(sub, spine_ids - mine, guarded, known, pads=pads)
                 covered = sum(r.hi - r.lo + 1 for r in runs) * period
                 if runs:
                     worked.add(period)
@@ -749,7 +844,7 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
             made = len(tables)
             expose = any(id(sub[k]) in read_outside for k in range(run.lo, run.hi))
             try:
-                new, summed, ys = _build_loop(run, sub, number, diff, table, expose)
+                new, summed, ys = _build_loop(run, sub, number, diff, table, expose, pads)
             except _Fail:
                 del tables[made:]
                 continue
@@ -760,8 +855,11 @@ def _round(g: Graph) -> tuple[Graph, dict, bool]:
                 exposed = True
             number += 1
             stats["loops"] += 1
+            stats["history"] += any(run.hist.values())
             stats["reductions"] += summed
             stats["iterations"] += run.hi - run.lo + 1
+    if padded and not stats["history"]:
+        return _round(g0, pad=False)
     if mapping or tables:
         g = _replace_all(g, mapping)
         if tables:

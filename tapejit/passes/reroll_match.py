@@ -30,7 +30,7 @@ MAX_PERIOD = 6
 _WRITES = (Op.SCATTER, Op.SCATTER_ADD)
 _EXACT_INT = 2.0**52
 #: The kinds of a template's leaves (what a walk does not go below): see reroll's docstring.
-LEAF_KINDS = ("same", "xs", "iconst", "cseq", "rmw")
+LEAF_KINDS = ("same", "xs", "block", "iconst", "cseq", "rmw", "hist")
 #: Listed in a template's ``leaves`` too: its leaves, and ``write`` — an earlier write of a map
 #: iteration that writes several positions (``r[i, 0] = a; r[i, 1] = b``), at a position that
 #: moves like the root's (walked below like a node).
@@ -142,6 +142,18 @@ def _split_items(items: tuple) -> tuple[tuple, tuple[int, ...]] | None:
     return tuple(pattern), tuple(ints)
 
 
+def _block(items: tuple) -> tuple[tuple[int, int], int] | None:
+    """``((length, step), start)`` of a block read ``x[start : start + length : step]`` (one
+    slice, on the first axis), whose start may move between iterations (``p[3*i : 3*i + 3]``,
+    a vertex's weights ``params[v*P : v*P + n]``); ``None`` for any other index."""
+    if len(items) != 1 or not isinstance(items[0], tuple) or len(items[0]) != 3:
+        return None
+    a, b, step = items[0]
+    if step <= 0 or b <= a:
+        return None
+    return (b - a, step), a
+
+
 @dataclass
 class _Template:
     """The shape of one iteration, from the reference iteration ``s``: for each node of it
@@ -167,11 +179,51 @@ class _Matcher:
     affine, by backtracking. Checking an iteration walks one, against the index values the
     template predicts for it (``expect``)."""
 
-    def __init__(self, chain: list[Node], chain_ids: set[int], guarded: set[int]):
+    def __init__(
+        self, chain: list[Node], chain_ids: set[int], guarded: set[int], pads: frozenset = frozenset()
+    ):
+        self.pads = pads  # ids of the -0.0 constants reroll_history padded iterations with
         self.chain = chain
         self.chain_ids = chain_ids
         self.guarded = guarded
         self.free_mode = False  # building: an element read may move other than affinely
+        self.pos = {id(n): k for k, n in enumerate(chain)}
+        self._dep: dict[int, int] = {}
+
+    def _depth(self, N: Node) -> int:
+        """The last iteration whose output ``N`` depends on (``-1``: none, computed before
+        the chain), memoised; iterative (a dependence may go back through every iteration)."""
+        memo, pos = self._dep, self.pos
+        stack = [N]
+        while stack:
+            n = stack[-1]
+            if id(n) in memo:
+                stack.pop()
+                continue
+            q = pos.get(id(n))
+            if q is not None:
+                memo[id(n)] = q
+                stack.pop()
+                continue
+            pending = [a for a in n.args if id(a) not in memo]
+            if pending:
+                stack.extend(pending)
+                continue
+            memo[id(n)] = max((memo[id(a)] for a in n.args), default=-1)
+            stack.pop()
+        return memo[id(N)]
+
+    def own(self, N: Node, k: int) -> bool:
+        """Whether ``N``, read in iteration ``k``, is the output of an earlier iteration of the
+        chain, or a pad (:mod:`tapejit.passes.reroll_history`)."""
+        q = self.pos.get(id(N))
+        return (q is not None and q < k) or id(N) in self.pads
+
+    def hist(self, N: Node, k: int) -> bool:
+        """Whether ``N`` is a history read in iteration ``k``: :meth:`own`, or a value that
+        depends on no iteration after ``k - 2`` (a value from before the loop: the loop reads
+        it from the history input's operand)."""
+        return self.own(N, k) or self._depth(N) < k - 1
 
     def walk(self, tpl: _Template, ks: tuple[int, ...], building: bool, free: bool = False,
              expect: dict | None = None) -> dict:  # fmt: skip
@@ -270,6 +322,13 @@ class _Matcher:
                 return args(R, N)
             if kd == "same":
                 return N is R
+            if kd == "hist":
+                return (N.type is R.type or N.type == R.type) and self.hist(N, k)
+            if kd == "block":
+                if N.op != INDEX or N.args[0] is not R.args[0] or id(N) in guarded:
+                    return False
+                bn = _block(N.attrs)
+                return bn is not None and bn[0] == _block(R.attrs)[0] and (bn[1],) == expect[id(R)]
             if kd == "carry":
                 if carry[0] is None:
                     if N.type != R.type:
@@ -393,7 +452,7 @@ class _Matcher:
         if kind is None:
             if not building:
                 raise _Fail
-            kind = self._decide(tpl, R, Ns)
+            kind = self._decide(tpl, R, Ns, st["ks"])
             self._set_kind(tpl, st, R, kind)
         env[id(R)] = Ns
         st["log"].append(("env", id(R)))
@@ -412,6 +471,10 @@ class _Matcher:
             if any(N is not R for N in Ns):
                 raise _Fail
             return
+        if kind == "hist":
+            if any(N.type != R.type or not self.hist(N, k) for N, k in zip(Ns, st["ks"])):
+                raise _Fail
+            return
         if any(id(N) in self.guarded for N in Ns):
             raise _Fail
         if kind == "xs":
@@ -428,6 +491,16 @@ class _Matcher:
                 tpl.free.add(id(R))  # read through a table of the rows each iteration reads
                 return
             self._check_ints(st, id(R), sr[1], ints, building)
+            return
+        if kind == "block":
+            (shape, a) = _block(R.attrs)
+            ints = []
+            for N in Ns:
+                bn = _block(N.attrs) if N.op == Op.INDEX and N.args[0] is R.args[0] else None
+                if bn is None or bn[0] != shape:
+                    raise _Fail
+                ints.append((bn[1],))
+            self._check_ints(st, id(R), (a,), ints, building)
             return
         if kind == "iconst":
             ints = []
@@ -478,14 +551,21 @@ class _Matcher:
             raise _Fail
         self._args(tpl, st, R, Ns, building)
 
-    def _decide(self, tpl: _Template, R: Node, Ns: tuple) -> str:
+    def _decide(self, tpl: _Template, R: Node, Ns: tuple, ks: tuple) -> str:
         carry_ref = self.chain[tpl.s - 1]
         if R is carry_ref:
             return "carry"
+        walked = tuple(zip((R, *Ns), (tpl.s, *ks)))
+        if all(N.type == R.type and self.own(N, k) for N, k in walked):
+            return "hist"  # a history read (reroll_history): a row of the loop's outputs
         if id(R) in self.chain_ids:
             raise _Fail
         if all(N is R for N in Ns):
             return "same"
+        if any(self.own(N, k) for N, k in walked) and all(
+            N.type == R.type and self.hist(N, k) for N, k in walked
+        ):
+            return "hist"  # some read an earlier output, some a value from before the loop
         if (
             id(R) in tpl.stages
             and all(N.op == R.op for N in Ns)
@@ -502,6 +582,12 @@ class _Matcher:
                     (sn := _split_items(N.attrs)) is not None and sn[0] == sr[0] for N in Ns
                 ):
                     return "xs"
+            bl = _block(R.attrs)
+            if bl is not None and R.dtype == "f64" and all(
+                N.args[0] is R.args[0] and (bn := _block(N.attrs)) is not None and bn[0] == bl[0]
+                for N in Ns
+            ):
+                return "block"
         if (
             R.op == Op.CONST
             and R.type == Type(())
@@ -562,6 +648,8 @@ def _whole(v) -> bool:
 def _leaf_ints(kind: str, n: Node) -> tuple:
     if kind in ("xs", "write"):
         return _split_items(n.attrs)[1]
+    if kind == "block":
+        return (_block(n.attrs)[1],)
     if kind == "iconst":
         return (int(n.attrs[0]),)
     return ()
@@ -580,6 +668,7 @@ class _Run:
     extra: int = 0  # iterations after hi not in the chain (a captured loop's, not traced)
     tables: dict = field(default_factory=dict)  # cseq leaf id -> its value in each iteration
     rows: dict = field(default_factory=dict)  # free xs leaf id -> the row it reads, each iteration
+    hist: dict = field(default_factory=dict)  # hist leaf id -> the node it reads, each iteration
 
     @property
     def trips(self) -> int:
@@ -611,6 +700,8 @@ def _template_signature(tpl: _Template, root: Node) -> tuple:
         elif kind == "xs":
             base = n.args[0].type
             out = (kind, base.shape, _split_items(n.attrs)[0], n.type.shape, n.type.dtype)
+        elif kind == "block":
+            out = (kind, n.args[0].type.shape, _block(n.attrs)[0], n.type.shape, n.type.dtype)
         elif kind == "write":
             args = [sig(a) for a in n.args]
             out = (kind, n.op, _split_items(n.attrs)[0], n.type.shape, tuple(args))
@@ -624,21 +715,23 @@ def _template_signature(tpl: _Template, root: Node) -> tuple:
 
 def _find_runs(
     chain: list[Node], chain_ids: set[int], guarded: set[int], known: set | None = None,
-    min_run: int = MIN_RUN, tables: bool = True,
+    min_run: int = MIN_RUN, tables: bool = True, pads: frozenset = frozenset(),
 ) -> list[_Run]:
     """Runs of at least ``min_run`` (``MIN_RUN``) consecutive iterations of ``chain`` that match one
     template with affine indices, in order, not overlapping; with ``known`` (a set of
     template signatures, updated with those of the runs found), also runs of at least
-    ``MIN_SHORT_RUN`` whose template has a known signature. With ``tables``, where the affine
+    ``MIN_SHORT_RUN`` whose template has a known signature. ``pads``: the ids of the ``-0.0``
+    constants :func:`tapejit.passes.reroll_history.pad_history` padded iterations with (read
+    as history, ``hist`` leaves). With ``tables``, where the affine
     template gives no run, element reads whose row moves other than affinely (``x[idx[e]]``
     of a numpy ``idx``) may be read through a table of the rows (``_Run.rows``)."""
-    m = _Matcher(chain, chain_ids, guarded)
-    free_m = _Matcher(chain, set(), guarded)  # a first iteration's walk (MAX_BODY bounds it)
+    m = _Matcher(chain, chain_ids, guarded, pads)
+    free_m = _Matcher(chain, set(), guarded, pads)  # a first iteration's walk (MAX_BODY bounds it)
     runs: list[_Run] = []
     pending: list[tuple[_Run, tuple]] = []  # short runs of a body not (yet) known
     floor = 0  # iterations before this belong to an earlier run
     s = 1
-    skeleton = _Skeletons(chain_ids | {id(n) for n in chain})
+    skeleton = _Skeletons(chain_ids | {id(n) for n in chain} | pads)
     while s + 2 < len(chain):
         if not skeleton.alike(chain[s], chain[s + 1], chain[s + 2]):
             s += 1  # cannot match: no walk (a failing walk backtracks over operand orders)
@@ -699,7 +792,8 @@ def _run_at(chain: list[Node], s: int, floor: int, m: "_Matcher", free_m: "_Matc
         return None
     cseq = [r for r in tpl.leaves if tpl.kind[id(r)] == "cseq"]
     free = [r for r in tpl.leaves if id(r) in tpl.free]
-    noted = cseq + free  # iteration -> its node of each cseq and table-read leaf
+    hist = [r for r in tpl.leaves if tpl.kind[id(r)] == "hist"]
+    noted = cseq + free + hist  # iteration -> its node of each cseq, table-read, hist leaf
     seen = {s: list(noted)}
     seen[s + 1] = [st["env"][id(r)][0] for r in noted]
     seen[s + 2] = [st["env"][id(r)][1] for r in noted]
@@ -747,7 +841,12 @@ def _run_at(chain: list[Node], s: int, floor: int, m: "_Matcher", free_m: "_Matc
     }
     if "__root__" in tpl.free:  # the rows the iterations add to
         rows["__root__"] = tuple(_split_items(chain[k].attrs)[1][0] for k in range(lo, hi + 1))
-    return _Run(tpl, lo, hi, init, first, step, chain[lo].attrs, root_step, tables=tables, rows=rows)
+    j0 = len(cseq) + len(free)
+    reads = {
+        id(r): tuple(seen[k][j0 + j] for k in range(lo, hi + 1)) for j, r in enumerate(hist)
+    }
+    return _Run(tpl, lo, hi, init, first, step, chain[lo].attrs, root_step, tables=tables,
+                rows=rows, hist=reads)  # fmt: skip
 
 
 class _Skeletons:
@@ -767,7 +866,9 @@ class _Skeletons:
         key = (id(n), depth)
         h = self.memo.get(key)
         if h is None:
-            if depth == 0 or not n.args or id(n) in self.chain_ids:
+            if id(n) in self.chain_ids:  # a carry, a history read or its pad
+                h = hash(("chain", n.type))
+            elif depth == 0 or not n.args:
                 h = hash((n.op, n.type))
             else:
                 kids = sorted(self.of(a, depth - 1) for a in n.args)

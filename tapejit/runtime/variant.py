@@ -423,6 +423,7 @@ def compile_variant(
             "loops": rerolled["loops"] + loops,
             "guards": rerolled.get("guards", 0),
             "ragged": rerolled.get("ragged", 0),
+            "history": rerolled.get("history", 0),
             "captured": {"iterations": iterations, "loops": loops},
         }
         v.stats["columns"] = {"reductions": trace_stats["columns"]["reductions"]}
