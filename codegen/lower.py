@@ -354,7 +354,7 @@ class Lowering:
 
     # -- driver -------------------------------------------------------------------------------
     def run(self) -> ir.Module:
-        self.kernel_fns: dict[str, tuple[ir.Function, list[int]]] = {}
+        self.kernel_fns: dict[str, tuple[ir.Function, list[int], object]] = {}
         self.tapes = 0
         self._bases: ir.Value | None = None
         self._walker: ir.Function | None = None
@@ -413,8 +413,11 @@ class Lowering:
             self.fn.attributes.add("optnone")  # the last chunk (see next_chunk)
         if self._walker is not None:
             self.emit_walker()
-        for fn, calls in self.kernel_fns.values():
-            if calls[0] > 1:  # shared by several sites: keep one copy (compile time stays linear)
+        for fn, calls, k in self.kernel_fns.values():
+            # shared by several sites: keep one copy (compile time stays linear); a long loop of
+            # polynomial math: a call costs nothing next to it, and inlining it into the
+            # straight-line code costs LLVM time (an element loop model: 47 -> 67 ms)
+            if calls[0] > 1 or (k.body and _interleave(k, int(np.prod(k.space))) == INTERLEAVE):
                 fn.attributes.add("noinline")
         g = self.prog.graph
         for k, o in enumerate(g.outputs):
@@ -651,7 +654,7 @@ class Lowering:
         hit = self.kernel_fns.get(face.fkey)
         if hit is None:
             name = f"{self.fn.name}.k{len(self.kernel_fns)}"
-            hit = self.kernel_fns[face.fkey] = (KernelFunction(self, k, face, name).fn, [0])
+            hit = self.kernel_fns[face.fkey] = (KernelFunction(self, k, face, name).fn, [0], k)
         # symbol -> the (program, kernel) pairs it computes (``tapejit dump --stage asm`` names them)
         self.module.__dict__.setdefault("_tapejit_kernels", {}).setdefault(hit[0].name, []).append(
             (self.prog, k)
