@@ -31,7 +31,7 @@ from __future__ import annotations
 from .. import ops, ops_table
 from ..ir import Graph, Node
 from ..ops import Op
-from .reroll_match import MAX_PERIOD, MIN_RUN, _chains, _Fail
+from .reroll_match import MAX_PERIOD, MIN_RUN, _chains, _Fail, chain_depth
 
 #: The fewest history reads in a chain worth padding its other iterations for.
 MIN_READS = 4
@@ -130,32 +130,10 @@ def history_rows(
         rows.append(-1)
         if id(n) not in pads:
             fallback.append((t, n))
-    if fallback and depth(fallback, position) >= lo:
+    memo: dict[int, int] = {}
+    if fallback and max(chain_depth(n, position, memo) for _, n in fallback) >= lo:
         raise _Fail  # a value computed within the loop that is not an iteration's output
     return tuple(rows), fallback
-
-
-def depth(nodes: list[tuple[int, Node]], position: dict[int, int]) -> int:
-    """The last chain position any of ``nodes`` depends on (``-1``: none)."""
-    memo: dict[int, int] = {}
-    stack = [n for _, n in nodes]
-    while stack:
-        n = stack[-1]
-        if id(n) in memo:
-            stack.pop()
-            continue
-        q = position.get(id(n))
-        if q is not None:
-            memo[id(n)] = q
-            stack.pop()
-            continue
-        pending = [a for a in n.args if id(a) not in memo]
-        if pending:
-            stack.extend(pending)
-            continue
-        memo[id(n)] = max((memo[id(a)] for a in n.args), default=-1)
-        stack.pop()
-    return max(memo[id(n)] for _, n in nodes)
 
 
 def fallback(T: int, like: Node, rows: list[tuple[int, Node]], table) -> Node:

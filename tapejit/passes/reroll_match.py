@@ -127,6 +127,30 @@ class _Fail(Exception):
     pass
 
 
+def chain_depth(N: Node, position: dict[int, int], memo: dict[int, int]) -> int:
+    """The last chain position (``position``: node id -> position) that ``N`` depends on,
+    ``-1`` for none (a value computed before the chain); memoised in ``memo``, iterative (a
+    dependence may go back through every iteration)."""
+    stack = [N]
+    while stack:
+        n = stack[-1]
+        if id(n) in memo:
+            stack.pop()
+            continue
+        q = position.get(id(n))
+        if q is not None:
+            memo[id(n)] = q
+            stack.pop()
+            continue
+        pending = [a for a in n.args if id(a) not in memo]
+        if pending:
+            stack.extend(pending)
+            continue
+        memo[id(n)] = max((memo[id(a)] for a in n.args), default=-1)
+        stack.pop()
+    return memo[id(N)]
+
+
 def _split_items(items: tuple) -> tuple[tuple, tuple[int, ...]] | None:
     """``(pattern, ints)``: the static part of an index (slices, and where the ints are) and its
     integer components; ``None`` for an index that is not plain ints and slices."""
@@ -191,27 +215,8 @@ class _Matcher:
         self._dep: dict[int, int] = {}
 
     def _depth(self, N: Node) -> int:
-        """The last iteration whose output ``N`` depends on (``-1``: none, computed before
-        the chain), memoised; iterative (a dependence may go back through every iteration)."""
-        memo, pos = self._dep, self.pos
-        stack = [N]
-        while stack:
-            n = stack[-1]
-            if id(n) in memo:
-                stack.pop()
-                continue
-            q = pos.get(id(n))
-            if q is not None:
-                memo[id(n)] = q
-                stack.pop()
-                continue
-            pending = [a for a in n.args if id(a) not in memo]
-            if pending:
-                stack.extend(pending)
-                continue
-            memo[id(n)] = max((memo[id(a)] for a in n.args), default=-1)
-            stack.pop()
-        return memo[id(N)]
+        """The last iteration whose output ``N`` depends on (:func:`chain_depth`)."""
+        return chain_depth(N, self.pos, self._dep)
 
     def own(self, N: Node, k: int) -> bool:
         """Whether ``N``, read in iteration ``k``, is the output of an earlier iteration of the
