@@ -414,11 +414,11 @@ class Lowering:
         if self._walker is not None:
             self.emit_walker()
         for fn, calls, k in self.kernel_fns.values():
-            # shared by several sites: keep one copy (compile time stays linear); an op with a
-            # loop nest of its own (a scatter, a matmul) inlined into straight-line code next to
-            # an inlined fused loop cost LLVM 20 ms more (the element-loop model: 47 -> 67 ms
-            # cold) for no measurable run-time gain
-            if calls[0] > 1 or (k.op is not None and k.op.op != Op.LOOP):
+            # shared by several sites: keep one copy (compile time stays linear); a long loop of
+            # polynomial math (INTERLEAVE_MIN_TRIP elements or more): a call costs nothing next
+            # to it, and inlined next to another inlined loop it cost LLVM 20 ms more (the
+            # element-loop model: 47 -> 67 ms cold; EAM's gradient is as fast either way)
+            if calls[0] > 1 or (k.body and _interleave(k, int(np.prod(k.space))) == INTERLEAVE):
                 fn.attributes.add("noinline")
         g = self.prog.graph
         for k, o in enumerate(g.outputs):
