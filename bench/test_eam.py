@@ -138,6 +138,26 @@ def test_tapejit(benchmark, case):
     benchmark(grad, x, out=g)
 
 
+def eam_element_loop(x):
+    """The same model written element by element, as a scalarised model is (re-rolled into
+    the vectorised model's loop: it should run as fast)."""
+    rho = 0.0
+    for i in range(len(x)):
+        rho = rho + np.exp(-3.0 * (x[i] + 1.0))
+    return rho**2 + rho**3 + 0.25 * rho**4
+
+
+def test_tapejit_element_loop(benchmark, case):
+    """tapejit ``grad(x, out=g)`` of the element-loop form of the model."""
+    n, x, _, ref = case
+    grad = tj.compile(eam_element_loop, x)
+    g = np.empty(n)
+    grad(x, out=g)
+    assert_close(g, ref, RTOL, what="tapejit, element loop")
+    tag(benchmark, PY, f"n={n}", "tapejit, element loop")
+    benchmark(grad, x, out=g)
+
+
 def test_numpy(benchmark, case):
     """Hand-written numpy gradient into a preallocated array."""
     n, x, _, ref = case
