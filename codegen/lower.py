@@ -1014,7 +1014,7 @@ class Interface:
                     # it copies the accumulator into the result first: one pointer to the
                     # result (two would alias), the block's offset a size
                     line += f"@{spell('offset', id(n), (offset,))}|"
-                    line += "splice|" if _spliced(n) else ""
+                    line += "splice|" if ops.splice_offset(n) is not None else ""
                     line += "placed|" if _block_in_place(L, n) else ""
                     line += ",".join(ref(a) for a in n.args) + f">p{buf(n)}"
                 parts.append(line)
@@ -1185,21 +1185,14 @@ def _lower_shape(L: Lowering, n: Node) -> None:
         L.define(n, L.flat(idx, n.shape), L.load(x, src))
 
 
-def _spliced(n: Node) -> bool:
-    """Whether scatter ``n`` writes a contiguous block into a constant (which memory planning
-    leaves unmaterialised, :func:`tapejit.passes.fusion.fuse`): its code fills the result around
-    the block and writes the block once."""
-    acc = n.args[0]
-    return acc.op == Op.CONST and ops.index_view_offset(acc.shape, n.attrs) is not None
-
-
 def _block_in_place(L: "Lowering", n: Node) -> bool:
     """Whether spliced scatter ``n``'s update was computed into its block already (memory
     planning, :func:`tapejit.passes.memplan._place_blocks`): only the fill around it is left."""
-    if n.op != Op.SCATTER or not _spliced(n):
+    o = ops.splice_offset(n)
+    if n.op != Op.SCATTER or o is None:
         return False
     (ps, po), (us, uo) = L.location(n), L.location(n.args[1])
-    return ps is not None and us == ps and uo == po + ops.index_view_offset(n.args[0].shape, n.attrs)
+    return ps is not None and us == ps and uo == po + o
 
 
 def _lower_index(L: Lowering, n: Node) -> None:
@@ -1216,7 +1209,7 @@ def _lower_index(L: Lowering, n: Node) -> None:
     # a constant (zeros, the start of a gradient or a concatenation) with a contiguous block
     # written: the constant around the block, and the block written once (acc[items] + upd
     # with the constant's value: no fill of the block, no load)
-    spliced = fresh and _spliced(n)
+    spliced = fresh and ops.splice_offset(n) is not None
     if spliced:
         c = L.load(acc, None)
         start = _i64(offset)

@@ -351,6 +351,17 @@ def index_affine(
     return offset, tuple(out)
 
 
+def splice_offset(n: Node) -> int | None:
+    """For a scatter into a constant that writes one contiguous block (``y = zeros;
+    y[a:b] = u``, a cotangent's first contribution): the block's element offset; ``None``
+    for any other node. Such a scatter needs no copy of its constant (fusion leaves it
+    unmaterialised): code generation fills the result around the block and writes the block
+    once, and memory planning may compute the update straight into it."""
+    if n.op not in (Op.SCATTER, Op.SCATTER_ADD) or n.args[0].op != Op.CONST:
+        return None
+    return index_view_offset(n.args[0].shape, n.attrs)
+
+
 def index_view_offset(shape: tuple[int, ...], items: tuple) -> int | None:
     """Element offset of ``x[items]`` when it is one contiguous block of C-contiguous ``x`` (so
     it can alias ``x`` instead of being copied), else ``None``."""

@@ -210,17 +210,16 @@ def _place_blocks(steps, mat, last, outputs, classes, members) -> dict[int, tupl
     definition on). Returns update id -> (scatter, element offset of the block)."""
     placed: dict[int, tuple[Node, int]] = {}
     for t, n, _stage in steps:
-        if n.op != Op.SCATTER or id(n) not in mat or n.args[0].op != Op.CONST:
+        o = ops.splice_offset(n)
+        if n.op != Op.SCATTER or o is None or id(n) not in mat:
             continue
         if id(alias_root(n.args[0])) in mat:
             continue  # the constant is in memory (another reader): the scatter updates it
-        o = ops.index_view_offset(n.args[0].shape, n.attrs)
         u = n.args[1]
         r = alias_root(u)
         c = classes.find(id(r))
         if (
-            o is None
-            or id(r) not in mat
+            id(r) not in mat
             or id(r) in outputs
             or id(r) in placed
             or r.dtype != n.dtype
