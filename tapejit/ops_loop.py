@@ -378,14 +378,13 @@ def _loop_vjp(g, out, *args):
         )
     if spec.accumulate:
         raise RuleError("op 'loop' has no VJP rule for a loop that accumulates into its ys")
-    n_user_ys = len(loop_layout(spec).ys) - v.n_residuals
-    if any(h.y >= n_user_ys for h in spec.history):
-        raise RuleError("op 'loop' has no VJP rule for a history input reading a residual stack")
     lay = loop_layout(spec)
+    n_user = len(lay.ys) - v.n_residuals
+    if any(h.y >= n_user for h in spec.history):
+        raise RuleError("op 'loop' has no VJP rule for a history input reading a residual stack")
     lead = 1 if spec.dynamic else 0
     xs = args[lead + spec.n_carry : lead + spec.n_carry + spec.n_xs]
     params = args[lead + spec.n_carry + spec.n_xs :]
-    n_user = len(lay.ys) - v.n_residuals
     ct_c = [segment(g, s) for s in lay.carries]
     ct_y = [segment(g, s) for s in lay.ys[:n_user]]
     stored = iter([segment(out, s) for s in lay.ys[n_user:]])

@@ -216,39 +216,34 @@ def _read_sequence(run: _Run, r: Node, T: int, table: Callable[[tuple], Node] | 
     return ops.index(taken, ((0, T, 1), *rest)) if rest else taken
 
 
-def _tiles(run: _Run, T: int) -> dict[tuple, list[Node]]:
+def _tiles(run: _Run, T: int) -> dict[int, tuple[tuple, int]]:
     """The block reads of a run (``p[v*P : v*P + n]``, ``p[v*P + n : (v+1)*P]``) that read
-    contiguous blocks of one array moving by one step ``b``, grouped by array and step, when
-    every iteration's blocks lie within a *tile* of ``b`` rows that the iterations' tiles cover
-    back to back: the loop then scans the tiles (a view of the array, not a copy) and each
-    block is a slice of its iteration's tile."""
-    groups: dict[tuple, list[Node]] = {}
+    contiguous blocks of one array moving by one step ``b``, when every iteration's blocks of
+    that array lie within a *tile* of ``b`` rows that the iterations' tiles cover back to back:
+    the loop then scans the tiles (a view of the array, not a copy) and each block is a slice
+    of its iteration's tile. Returns block leaf id -> (tile key ``(array id, b)``, the
+    block's first row in its tile)."""
+    groups: dict[tuple, list[tuple[Node, int]]] = {}
     for r in run.tpl.leaves:
         if run.tpl.kind[id(r)] != "block":
             continue
-        (_, step), _a = _block(run.first[id(r)].attrs)
+        (_, step), a = _block(run.first[id(r)].attrs)
         (b,) = run.steps[id(r)]
         if step == 1 and b > 0:
-            groups.setdefault((id(r.args[0]), b), []).append(r)
+            groups.setdefault((id(r.args[0]), b), []).append((r, a))
     out = {}
     for key, rs in groups.items():
-        b = key[1]
-        starts = [_block(run.first[id(r)].attrs)[1] for r in rs]
-        lo, hi = min(starts), max(a + r.shape[0] for a, r in zip(starts, rs))
-        if hi - lo <= b and lo + b * T <= rs[0].args[0].shape[0]:
-            out[key] = rs
+        lo = min(a for _, a in rs)
+        hi = max(a + r.shape[0] for r, a in rs)
+        if hi - lo <= key[1] and lo + key[1] * T <= rs[0][0].args[0].shape[0]:
+            out.update({id(r): (key, a - lo) for r, a in rs})
     return out
 
 
-def _tile(run: _Run, rs: list[Node], T: int) -> tuple[Node, Type]:
-    """The tiles of a group of :func:`_tiles`: the array's rows from the first block's start,
-    ``(T, b, *rest)``, and the type of one."""
-    src = rs[0].args[0]
-    lo = min(_block(run.first[id(r)].attrs)[1] for r in rs)
-    (b,) = run.steps[id(rs[0])]
-    rest = src.shape[1:]
-    node = ops.reshape(ops.index(src, ((lo, lo + b * T, 1),)), (T, b, *rest))
-    return node, Type((b, *rest))
+def _tile(src: Node, start: int, b: int, T: int) -> Node:
+    """The tiles ``src[start + b*k : start + b*(k+1)]`` of :func:`_tiles`, ``(T, b, *rest)``:
+    a view of ``src``."""
+    return ops.reshape(ops.index(src, ((start, start + b * T, 1),)), (T, b, *src.shape[1:]))
 
 
 def _unscanned(ys: Node, axis: int) -> Node:
@@ -417,11 +412,8 @@ def _build_loop(
     tables: dict[int, Node] = {}
     history: list[ops.History] = []
     position = {id(n): k for k, n in enumerate(chain)}
-    tile_groups = _tiles(run, T)
-    tiles = {id(r): key for key, rs in tile_groups.items() for r in rs}
-    tile_in: dict[tuple, Node] = {}
-    tile_lo = {key: min(_block(run.first[id(r)].attrs)[1] for r in rs)
-               for key, rs in tile_groups.items()}  # fmt: skip
+    tiles = _tiles(run, T)
+    tile_in: dict[tuple, Node] = {}  # tile key -> the body's input of one tile
     for r in tpl.leaves:
         kind = tpl.kind[id(r)]
         if kind == "hist":  # a row of the loop's own outputs, or of the operand
@@ -443,14 +435,14 @@ def _build_loop(
             xs.append(node)
             mapping[id(r)] = x_in
         elif kind == "block" and id(r) in tiles:  # a slice of the iteration's tile
-            key = tiles[id(r)]
+            key, lo = tiles[id(r)]
             if key not in tile_in:
-                node, t_type = _tile(run, tile_groups[key], T)
-                tile_in[key] = ops.input_node(len(inputs), f"{prefix}x{len(xs)}", t_type)
-                inputs.append(tile_in[key])
-                xs.append(node)
-            (_, _), a = _block(run.first[id(r)].attrs)
-            lo = a - tile_lo[key]
+                src, b = r.args[0], key[1]
+                tile = _tile(src, _block(run.first[id(r)].attrs)[1] - lo, b, T)
+                x_in = ops.input_node(len(inputs), f"{prefix}x{len(xs)}", Type(tile.shape[1:]))
+                tile_in[key] = x_in
+                inputs.append(x_in)
+                xs.append(tile)
             part = tile_in[key]
             if lo != 0 or r.shape[0] != part.shape[0]:
                 part = ops.index(part, ((lo, lo + r.shape[0], 1),))
@@ -746,9 +738,11 @@ def _round(g: Graph, pad: bool = True) -> tuple[Graph, dict, bool]:
     stats = {"nodes_before": len(g.nodes), "nodes_after": len(g.nodes), "iterations": 0,
              "loops": 0, "reductions": 0, "guards": 0, "ragged": 0, "history": 0}  # fmt: skip
     g0 = g
-    g, padded, pads = pad_history(g) if pad else (g, 0, frozenset())
+    chains = _chains(g.nodes)
+    g, padded, pads = pad_history(g, chains) if pad else (g, 0, frozenset())
     nodes = g.nodes
-    chains = _chains(nodes)
+    if padded:  # the padded chains
+        chains = _chains(nodes)
     if not chains:
         stats["seconds"] = time.perf_counter() - t0
         return g0, stats, False

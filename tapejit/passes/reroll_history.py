@@ -31,7 +31,7 @@ from __future__ import annotations
 from .. import ops, ops_table
 from ..ir import Graph, Node
 from ..ops import Op
-from .reroll_match import MAX_PERIOD, MIN_RUN, _chains, _Fail, chain_depth
+from .reroll_match import MAX_PERIOD, MIN_RUN, _Fail, chain_depth
 
 #: The fewest history reads in a chain worth padding its other iterations for.
 MIN_READS = 4
@@ -87,8 +87,9 @@ def _plan(chain: list[Node]) -> list[int]:
     return []
 
 
-def pad_history(g: Graph) -> tuple[Graph, int, frozenset]:
-    """``g`` with the iterations of its vertex-loop chains padded to one form (see the module
+def pad_history(g: Graph, chains: list[list[Node]]) -> tuple[Graph, int, frozenset]:
+    """``g`` with the iterations of its vertex-loop chains (``chains``, its
+    :func:`tapejit.passes.reroll_match._chains`) padded to one form (see the module
     docstring), how many iterations were padded, and the ids of the pads (``-0.0``
     constants, one per shape)."""
     from .reroll import _replace_all  # reroll imports this module
@@ -96,7 +97,7 @@ def pad_history(g: Graph) -> tuple[Graph, int, frozenset]:
     mapping: dict[int, Node] = {}
     pads: dict[tuple, Node] = {}
     count = 0
-    for chain in _chains(g.nodes):
+    for chain in chains:
         for k in _plan(chain):
             n, prev = chain[k], chain[k - 1]
             if sum(a is prev for a in n.args) != 1:
