@@ -483,7 +483,9 @@ def test_eam_hessian_vector_product_matches_the_hand_formula():
 
 
 def run_native(g: Graph, args):
-    """``g`` optimised, planned, lowered and compiled, run once on ``args`` (runtime inputs)."""
+    """``g`` optimised, planned, lowered and compiled, run once on ``args`` (runtime inputs).
+    The outputs and the workspace start as NaN bytes: nothing may be left unwritten, and no
+    buffer may be assumed zero (also tests/test_loop_links_native.py)."""
     opt, _ = passes.optimise(g)
     prog = passes.plan(opt)
     module, ws_bytes = lower(prog, "tj_forward_test")
@@ -492,8 +494,8 @@ def run_native(g: Graph, args):
     fn = entry.bind(lib.address("tj_forward_test"), len(p.inputs), len(p.outputs))
     consts = [np.ascontiguousarray(p.bindings[i]) for i, k in enumerate(p.kinds) if k == "const"]
     ins = [np.ascontiguousarray(a, dtype=float) for a in args] + consts
-    outs = [np.zeros(o.shape) for o in g.outputs]
-    raw = np.zeros(ws_bytes + 64, dtype=np.uint8)
+    outs = [np.full(o.shape, np.nan) for o in g.outputs]
+    raw = np.full(ws_bytes + 64, 0xFF, dtype=np.uint8)
     ws = raw[(-raw.ctypes.data) % 64 :]
     ffi = entry.ffi
     ptrs = [ffi.from_buffer(a) for a in ins + outs]

@@ -10,33 +10,14 @@ iterations a dynamic loop ran, which are unspecified.
 from __future__ import annotations
 
 import numpy as np
-from tapejit.codegen import entry
-from tapejit.codegen.jit import CodeLibrary
-from tapejit.codegen.lower import lower
 
 from tapejit import interpret, ops, passes
+from tapejit.codegen.lower import lower
 from tapejit.ir import Graph, Node, Type
+from test_forward import run_native  # optimise, plan, lower, run once (NaN-filled buffers)
 
 rng = np.random.default_rng(7)
 T = 20  # max_steps
-
-
-def run_native(g: Graph, args) -> list[np.ndarray]:
-    """``g`` optimised, planned, lowered and compiled, run once on ``args`` (runtime inputs)."""
-    prog = passes.plan(passes.optimise(g)[0])
-    module, ws_bytes = lower(prog, "tj_links_test")
-    lib = CodeLibrary.compile(CodeLibrary.prepare(module))
-    p = prog.graph  # constant folding may have added const inputs
-    fn = entry.bind(lib.address("tj_links_test"), len(p.inputs), len(p.outputs))
-    consts = [np.ascontiguousarray(p.bindings[i]) for i, k in enumerate(p.kinds) if k == "const"]
-    ins = [np.ascontiguousarray(a, dtype=float) for a in args] + consts
-    outs = [np.full(o.shape, np.nan) for o in g.outputs]  # nothing may be left unwritten
-    raw = np.full(ws_bytes + 64, 0xFF, dtype=np.uint8)  # NaN garbage: zeroing must be explicit
-    ws = raw[(-raw.ctypes.data) % 64 :]
-    ffi = entry.ffi
-    ptrs = [ffi.from_buffer(a) for a in ins + outs]
-    assert fn(*ptrs, ffi.from_buffer(ws) if ws_bytes else ffi.NULL) == 0
-    return outs
 
 
 def _inputs(*types) -> list[Node]:

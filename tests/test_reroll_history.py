@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, forward, interpret, loop_source, tracing
+from tapejit import forward, interpret, loop_source, tracing
 from tapejit.ops import Op
 from tapejit.passes import reroll as rr
+from test_reroll import against_unrolled as check  # trace vs re-rolled, compiled vs differences
 
 RNG = np.random.default_rng(11)
 H = 4  # vertex width
@@ -105,62 +106,36 @@ def inputs(V: int, width: int = P):
     return RNG.normal(0.0, 0.5, V * width), RNG.normal(size=H)
 
 
-def check(f, *xs):
-    """Re-rolled trace against the unrolled one (interpreter), the compiled gradient against
-    central differences; returns the pass's statistics."""
-    g = tracing.trace(f, list(xs), list(range(len(xs))))
-    r, stats = rr.reroll(g)
-    want = interpret.evaluate(g, list(xs))
-    got = interpret.evaluate(r, list(xs))
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-13, atol=1e-13)
-    gw = interpret.evaluate(autodiff.vjp_graph(g, None), list(xs))
-    gg = interpret.evaluate(autodiff.vjp_graph(r, None), list(xs))
-    for a, b in zip(gw, gg):
-        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
-    grad = tj.compile(f, *xs, argnums=tuple(range(len(xs))), cache=False)
-    val, gs = grad.value_and_grad(*xs)
-    gs = gs if isinstance(gs, tuple) else (gs,)
-    np.testing.assert_allclose(val, want[0], rtol=1e-12, atol=1e-12)
-    for a, b in zip(gs, gw[1:]):
-        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-12)
-    dirs = [RNG.standard_normal(np.shape(x)) for x in xs]
-    h = 1e-6
-    up = f(*(x + h * d for x, d in zip(xs, dirs)))
-    down = f(*(x - h * d for x, d in zip(xs, dirs)))
-    fd = (up - down) / (2 * h)
-    ad = sum(float(np.sum(gr * d)) for gr, d in zip(gs, dirs))
-    assert ad == pytest.approx(fd, rel=1e-6, abs=1e-8)
-    return stats, grad
-
-
 @pytest.mark.parametrize("V", [20, 57])
 @pytest.mark.parametrize("seed", [0, 3])
 def test_graph_model_with_optional_parents_is_one_loop(V, seed):
     params, x = inputs(V)
-    stats, grad = check(dag_model(V, seed), params, x)
+    stats = check(dag_model(V, seed), params, x)
     assert stats["loops"] == 1 and stats["history"] == 1, stats
     assert stats["iterations"] >= V - 2, stats
+    grad = tj.compile(dag_model(V, seed), params, x, argnums=(0, 1), cache=False)
     assert " = loop " in grad.ir("trace") and "links=" in grad.ir("trace")
+    assert grad.stats["reroll"]["history"] == 1
 
 
 def test_every_vertex_reads_a_parent():
     V = 40
     params, x = RNG.normal(0.0, 0.7, V * H), RNG.normal(size=H)
-    stats, _ = check(parent_model(V), params, x)
+    stats = check(parent_model(V), params, x)
     assert stats["loops"] == 1 and stats["history"] == 1, stats
 
 
 def test_scalar_recurrence_reading_further_back():
     n = 50
-    stats, _ = check(scalar_model(n), RNG.normal(size=n))
+    stats = check(scalar_model(n), RNG.normal(size=n))
     assert stats["loops"] == 1 and stats["history"] == 1, stats
-    stats, _ = check(scalar_model(n, shared=True), RNG.normal(size=n))
+    stats = check(scalar_model(n, shared=True), RNG.normal(size=n))
     assert stats["history"] >= 1, stats
 
 
 def test_moving_blocks_are_scanned():
     n = 30
-    stats, grad = check(blocks_model(n), RNG.normal(size=3 * n))
+    stats = check(blocks_model(n), RNG.normal(size=3 * n))
     assert stats["loops"] == 1 and stats["iterations"] >= n - 2, stats
 
 
