@@ -165,8 +165,11 @@ def loop_vjp(
         new_input(0, f"acc{k}", p.type) for k, (p, w) in enumerate(zip(params, wrt_params)) if w
     ]
     ct_carry = [_total(contribs.get(id(c), []), c) for c in carries]
-    ct_params = [_total(contribs.get(id(p), []), p) for p, w in zip(params, wrt_params) if w]
-    ct_acc = [ops.add(a, c) for a, c in zip(acc_in, ct_params)]
+    ct_params = [contribs.get(id(p)) for p, w in zip(params, wrt_params) if w]
+    # a param this iteration does not use keeps its accumulator (no ``acc + 0.0``)
+    ct_acc = [
+        ops.add(a, _total(cs, a)) if cs else a for a, cs in zip(acc_in, ct_params)
+    ]
     ct_xs = [_total(contribs.get(id(x), []), x) for x, w in zip(xs, wrt_xs) if w]
     b_outs = tuple(ct_carry + ct_acc + ct_xs)
 

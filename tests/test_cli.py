@@ -626,7 +626,7 @@ def test_asm_is_annotated_with_the_plan(in_process):
     )
     # a long loop of polynomial math is a function of its own; the short one is inlined
     assert "# kernel 0: loop [100]: add, mul, exp, reduce_sum" in comments
-    assert "#   inlined: kernel 1: loop [100]: mul" in comments
+    assert "#   inlined: kernel 1: loop [100]: 2 mul" in comments
     assert _kernel_mentions(comments) == _loop_kernels(_plan(TARGET, 100)) == {0, 1}
     assert "# fast-call entry: checks a Python call's arguments, then runs tj_eam" in comments
     assert not re.search(r"^# ", in_process.ir("asm"), re.M)  # grad.ir("asm") stays as it was

@@ -1,6 +1,7 @@
 """Simplification rules and derivative rules hold for every float input, inf, NaN and -0.0
 included (tapejit/passes/simplify.py): each model is compiled natively and compared with numpy
-bitwise (NaN-aware; a zero may differ only in sign, which compares equal)."""
+bitwise (NaN-aware, and the sign of a zero must match: ``arctan2`` and division tell them apart).
+The overflow models check that no rule reassociates a product or a sum."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import tapejit as tj
 from tapejit import autodiff, interpret, tracing
 from tapejit.passes import simplify
 
-SPECIAL = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1.5, -2.0, 1e308, 5e-324])
+SPECIAL = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1.5, -2.0, 1e308, 5e-324, 1e200, 1e-200])
 
 
 def same(a, b):
+    """Equal, NaN where the other is NaN, and zeros of the same sign."""
     a, b = np.asarray(a, float), np.asarray(b, float)
-    return a.shape == b.shape and bool(np.all((a == b) | (np.isnan(a) & np.isnan(b))))
+    equal = (a == b) & (np.signbit(a) == np.signbit(b))
+    return a.shape == b.shape and bool(np.all(equal | (np.isnan(a) & np.isnan(b))))
 
 
 MODELS = {
@@ -29,6 +32,18 @@ MODELS = {
     "x ** k": lambda x: np.sum(x**2 + x**-1),
     "max": lambda x: np.max(x),
     "x * 1, x * -1": lambda x: np.sum(x * 1.0 - x * -1.0),
+    # the sign of a zero, seen through arctan2 (+0.0 -> pi, -0.0 -> -pi) and a division
+    "y + 0.0": lambda x: np.sum(np.arctan2(x * 0.0 + 0.0, -1.0)),
+    "0.0 + y": lambda x: np.sum(np.arctan2(0.0 + x * 0.0, -1.0)),
+    "0.0 - y": lambda x: np.sum(np.arctan2(0.0 - x * 0.0, -1.0)),
+    "y - -0.0": lambda x: np.sum(1.0 / (x * 0.0 - -0.0)),
+    "-0.0 - y": lambda x: np.sum(1.0 / (-0.0 - x * 0.0)),
+    "y + 0.0 scalar": lambda x: np.arctan2(x[0] * 0.0 + 0.0, -1.0) + np.arctan2(0.0 - x[1] * 0.0, -1.0),
+    # no reassociation of products or sums: x * 1e200 overflows, x * 1e-200 underflows
+    "(x * c1) * c2": lambda x: np.sum((x * 1e200) * 1e-200 + (x * 1e-200) * 1e200),
+    "(c1 * x) * c2 scalar": lambda x: (1e200 * x[0]) * 1e-200 + 3.0 * (x[1] * 1e-300) * 1e300,
+    "(x + c1) + c2": lambda x: np.sum((x + 1e308) + -1e308),
+    "c / (x * c1)": lambda x: np.sum(1.0 / ((x * 1e-200) * 1e-200)),
 }
 
 

@@ -134,7 +134,7 @@ def plan(g: Graph) -> Program:
                     for a in x.args
                     if classify(a) == "alias" and _view_offset(a) != 0
                 }
-            for a in n.args:
+            for a in _fused_reads(n, mat, bodies[t]):
                 r = id(alias_root(a))
                 if (
                     a.shape == n.shape
@@ -199,6 +199,28 @@ def plan(g: Graph) -> Program:
         work=work(prog),
     )
     return prog
+
+
+def _fused_reads(n: Node, mat, body: list[Node]) -> list[Node]:
+    """The values a loop's materialised node ``n`` reads at its own element: its operands, and
+    through elementwise values of the same loop kept in registers, theirs (``out = (a * s) * t``
+    may write over ``a``'s buffer as ``out = a * s`` may)."""
+    in_body = {id(x) for x in body}
+    reads, stack, seen = [], list(n.args), set()
+    while stack:
+        a = stack.pop(0)
+        if id(a) in seen:
+            continue
+        seen.add(id(a))
+        reads.append(a)
+        if (
+            id(a) not in mat
+            and id(a) in in_body
+            and a.op in ops.ELEMENTWISE
+            and a.shape == n.shape
+        ):
+            stack.extend(a.args)
+    return reads
 
 
 def _place_blocks(steps, mat, last, outputs, classes, members) -> dict[int, tuple[Node, int]]:

@@ -6,11 +6,12 @@ notes say where a rule is not bit-exact under IEEE 754; all others are exact. Ru
 spirit of LLVM's InstCombine and XLA's algebraic simplifier, restricted to what keeps float64
 results within rounding of the original:
 
-* ``x + 0`` and ``0 - x`` may change the sign of a zero result (``-0.0 + 0.0`` is ``+0.0``),
-  which compares equal; every other rule gives the same value for every input, inf and NaN
-  included (``x - x -> 0`` is *not* a rule: ``inf - inf`` is NaN);
-* hoisting scalar factors (``(s*v)*t -> (s*t)*v``) and ``sum(broadcast s) -> n*s`` reassociate,
-  changing the result by rounding only.
+* every rule but one gives the same bits for every input, ``±0.0``, inf and NaN included:
+  ``x + 0.0`` is ``x`` only where ``x`` is never ``-0.0`` (``-0.0 + 0.0`` is ``+0.0``; an
+  ``arctan2`` or a division downstream tells them apart), ``0.0 - x`` is never ``-x``,
+  ``x - x`` is never ``0`` (``inf - inf`` is NaN) and products are never reassociated
+  (``(x * 1e200) * 1e-200`` overflows where ``x * (1e200 * 1e-200)`` does not);
+* ``sum(broadcast s) -> n*s`` rounds once where the sum rounds at every step.
 
 Constant folding evaluates a node whose arguments are all known at compile time — ``const``
 nodes and captured arrays, which were snapshotted at trace time, so folding over them is sound —
@@ -84,12 +85,39 @@ def _fold(n: Node, rw: Rewriter) -> Node | None:
     return rw.bind(v, n.type)
 
 
+def _is_zero(x: Node, negative: bool) -> bool:
+    """Whether ``x`` is a fill of ``-0.0`` (``negative``) or of ``+0.0``."""
+    v = _fill(x)
+    return (
+        v is not None and not isinstance(v, bool) and v == 0.0
+        and (math.copysign(1.0, v) < 0) == negative
+    )
+
+
+#: Ops whose result is never ``-0.0`` (for every input, inf and NaN included).
+_NEVER_NEGATIVE_ZERO = frozenset({Op.EXP, Op.ABS, Op.COSH})
+
+
+def _not_negative_zero(x: Node, depth: int = 3) -> bool:
+    """Whether ``x`` is provably never ``-0.0``: then ``x + 0.0`` is ``x`` bit for bit."""
+    v = _fill(x)
+    if v is not None:
+        return isinstance(v, bool) or not (v == 0.0 and math.copysign(1.0, v) < 0)
+    if x.op in _NEVER_NEGATIVE_ZERO or x.dtype != "f64":
+        return True
+    if x.op == Op.MUL and x.args[0] is x.args[1]:  # a square: (-0)*(-0) is +0
+        return True
+    if x.op == Op.ADD and depth:  # a sum is -0.0 only when both terms are
+        return any(_not_negative_zero(a, depth - 1) for a in x.args)
+    return False
+
+
 def _add(n, rw):
     x, y = n.args
-    if _is(y, 0.0):
-        return fit(x, n)
-    if _is(x, 0.0):
-        return fit(y, n)
+    # x + (-0.0) is x for every x; x + (+0.0) is +0.0 where x is -0.0, so only where x never is
+    for a, z in ((x, y), (y, x)):
+        if _is_zero(z, negative=True) or (_is_zero(z, negative=False) and _not_negative_zero(a)):
+            return fit(a, n)
     if y.op == Op.NEG:
         return ops.make(Op.SUB, x, y.args[0])
     if x.op == Op.NEG:
@@ -113,9 +141,11 @@ def _accumulate_outer(n, rw):
 
 def _sub(n, rw):
     x, y = n.args
-    if _is(y, 0.0):
+    # x - (+0.0) is x for every x, x - (-0.0) is x + 0.0; (-0.0) - y is -y for every y, but
+    # 0.0 - y is not (0.0 - 0.0 is +0.0, -(0.0) is -0.0)
+    if _is_zero(y, negative=False) or (_is_zero(y, negative=True) and _not_negative_zero(x)):
         return fit(x, n)
-    if _is(x, 0.0):
+    if _is_zero(x, negative=True):
         return fit(ops.make(Op.NEG, y), n)
     if y.op == Op.NEG:
         return ops.make(Op.ADD, x, y.args[0])
@@ -137,20 +167,14 @@ def _mul(n, rw):
     return None
 
 
-def _hoist_scalar_factor(n, rw):
-    """``(s*v)*t``, ``t*(v*s)``, ``(-v)*t`` with scalars s, t and an array v: scalar work first."""
+def _scalar_negation(n, rw):
+    """``(-v)*t`` with a scalar t and an array v is ``v*(-t)``: the negation runs once (exact:
+    negating a factor negates the product)."""
     if n.shape == ():
         return None
     x, y = n.args
     for inner, t in ((x, y), (y, x)):
-        if t.shape != ():
-            continue
-        if inner.op == Op.MUL:
-            a, b = inner.args
-            s, v = (a, b) if a.shape == () else (b, a)
-            if s.shape == () and v.shape != ():
-                return ops.make(Op.MUL, ops.make(Op.MUL, s, t), v)
-        if inner.op == Op.NEG:
+        if t.shape == () and inner.op == Op.NEG and inner.shape != ():
             return ops.make(Op.MUL, inner.args[0], ops.make(Op.NEG, t))
     return None
 
@@ -266,9 +290,13 @@ def _whole(shape: tuple[int, ...], items: tuple) -> bool:
 
 
 def _scatter_add(n, rw):
-    """``zeros[all] += upd`` is ``upd`` (reverse mode accumulating a whole-array cotangent)."""
+    """``zeros[all] += upd`` is ``upd`` (reverse mode accumulating a whole-array cotangent) where
+    that is exact: the zeros are ``-0.0`` or ``upd`` is never ``-0.0`` (as in :func:`_add`)."""
     acc, upd = n.args
-    if _is(acc, 0.0) and upd.shape == n.shape and _whole(n.shape, n.attrs):
+    exact = _is_zero(acc, negative=True) or (
+        _is_zero(acc, negative=False) and _not_negative_zero(upd)
+    )
+    if exact and upd.shape == n.shape and _whole(n.shape, n.attrs):
         return upd
     return None
 
@@ -305,11 +333,11 @@ def _custom(n, rw):
 RULES: list[tuple[str, tuple[Op, ...] | None, object, str]] = [
     ("custom", (Op.CUSTOM,), _custom, "exact: a hand-given rule's node is its value"),
     ("fold", None, _fold, "exact: evaluated with the op's reference"),
-    ("add", (Op.ADD,), _add, "x+0 -> x may turn -0.0 into +0.0; x+(-y) -> x-y exact"),
+    ("add", (Op.ADD,), _add, "exact: x+(-0.0) -> x, x+0.0 -> x where x is never -0.0, x+(-y)"),
     ("accumulate-outer", (Op.ADD,), _accumulate_outer, "exact: one product per element"),
-    ("sub", (Op.SUB,), _sub, "0-x -> -x sign of zero; x-(-y) -> x+y exact"),
+    ("sub", (Op.SUB,), _sub, "exact: x-0.0 -> x, (-0.0)-x -> -x, x-(-y) -> x+y"),
     ("mul", (Op.MUL,), _mul, "exact: x*1, x*-1, (-x)*(-y)"),
-    ("hoist-scalar-factor", (Op.MUL,), _hoist_scalar_factor, "reassociates scalar factors"),
+    ("scalar-negation", (Op.MUL,), _scalar_negation, "exact: (-v)*t -> v*(-t)"),
     ("div", (Op.DIV,), _div, "exact: x/1, x/2^k -> x*2^-k"),
     ("neg", (Op.NEG,), _neg, "exact: -(-x) -> x"),
     ("pow", (Op.POW,), _pow, "x**k (integer k) -> products; x**0.5 -> sqrt"),
@@ -320,7 +348,7 @@ RULES: list[tuple[str, tuple[Op, ...] | None, object, str]] = [
     ("reshape", (Op.RESHAPE,), _reshape, "exact"),
     ("transpose", (Op.TRANSPOSE,), _transpose, "exact: also one that moves only unit axes"),
     ("index", (Op.INDEX,), _index, "exact: indexing a broadcast scalar"),
-    ("scatter-add-whole", (Op.SCATTER_ADD,), _scatter_add, "0 + u -> u may turn +0.0 into -0.0"),
+    ("scatter-add-whole", (Op.SCATTER_ADD,), _scatter_add, "exact: as add"),
     ("scatter-whole", (Op.SCATTER,), _scatter, "exact: every element overwritten"),
     ("reduce-sum", (Op.REDUCE_SUM,), _reduce_sum, "sum of a broadcast s -> count*s (rounding)"),
     ("reduce-max", (Op.REDUCE_MAX,), _reduce_max, "exact"),
