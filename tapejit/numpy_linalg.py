@@ -72,7 +72,9 @@ def _lu(m):
         rest = _where(first[:, None], m[k : k + 1], m[k:])  # the pivot row's old place gets row k
         sign = sign * _where(first[0], 1.0, -1.0)
         rows = _concatenate([pivot[None, :], rest[1:]], 0)
-        factors = rows[1:, k] / rows[0, k]
+        # a zero pivot (the column is zero from row k down) eliminates nothing, as LAPACK's
+        # dgetrf: its factors are 0, not 0/0, so a singular matrix's det is 0, not NaN
+        factors = rows[1:, k] / _where(rows[0, k] == 0.0, 1.0, rows[0, k])
         below = rows[1:, k + 1 :] - factors[:, None] * rows[0, k + 1 :][None, :]
         lower = _concatenate([_like(0.0, below, shape=(n - k - 1, k + 1)), below], 1)
         m = _concatenate([m[:k], rows[:1], lower], 0) if k else _concatenate([rows[:1], lower], 0)
@@ -115,16 +117,71 @@ def inv(a):
     return _batched(lambda m: _solve2(m, _t(eye)), a)
 
 
+def _product(xs, start, stop):
+    """``xs[start] * ... * xs[stop - 1]`` (1.0 when empty)."""
+    p = 1.0
+    for x in xs[start:stop]:
+        p = x * p
+    return p
+
+
+def _adjugate_upper(u):
+    """The adjugate ``det(U) U^-1`` of an upper-triangular ``u`` (n x n) without a division,
+    so it is defined where a pivot is 0. Column j from ``U X = det(U) I`` by back substitution,
+    each term multiplied through by the pivots it would divide by: with d the diagonal,
+    ``X[i, j] = d[:i].prod() * d[j+1:].prod() * z[i]``, ``z[j] = 1``,
+    ``z[i] = -sum_{i<k<=j} u[i, k] z[k] d[i+1:k].prod()``."""
+    n = u.shape[0]
+    d = [u[i, i] for i in range(n)]
+    zero = _like(0.0, u, shape=())
+    cols = []
+    for j in range(n):
+        z = {j: 1.0}
+        for i in reversed(range(j)):
+            acc = zero
+            for k in range(i + 1, j + 1):
+                acc = acc - u[i, k] * z[k] * _product(d, i + 1, k)
+            z[i] = acc
+        outer = _product(d, j + 1, n)
+        cols.append(_stack([_product(d, 0, i) * outer * z[i] if i <= j else zero for i in range(n)]))
+    return _transpose(_stack(cols), (1, 0))
+
+
+def _det_parts(a):
+    """(det a, adj a) from one elimination of ``[a | I]``: it leaves ``[U | M]`` with
+    ``M a = U`` and ``det M = sign`` (M = L^-1 P), so ``det a = sign prod(diag U)`` and
+    ``adj a = adj(U) adj(M^-1) = sign adj(U) M`` — both without a division by a pivot, exact for
+    singular matrices too (the adjugate of a rank n-1 matrix is not 0)."""
+    n = a.shape[0]
+    m, sign = _lu(_concatenate([a, _t(np.eye(n))], 1))
+    u = m[:, :n]
+    d = u[0, 0]
+    for i in range(1, n):
+        d = d * u[i, i]
+    return sign * d + 0.0, sign * (_adjugate_upper(u) @ m[:, n:])
+
+
+@custom_jvp
 def _det2(a):
     m, sign = _lu(a)
     d = m[0, 0]
     for i in range(1, a.shape[0]):
         d = d * m[i, i]
-    return sign * d
+    return sign * d + 0.0  # numpy's det of a singular matrix is +0.0 (sign 0 times exp(-inf))
+
+
+@_det2.defjvp
+def _det2_jvp(primals, tangents):
+    """d det(A) = tr(adj(A) dA) (Jacobi's formula), with the adjugate of :func:`_det_parts`:
+    defined and right at a singular A, where differentiating the elimination divides by 0."""
+    (a,), (da,) = primals, tangents
+    value, adj = _det_parts(a)
+    return value, _reduce(Op.REDUCE_SUM, _transpose(adj, (1, 0)) * da)
 
 
 def det(a):
-    """``np.linalg.det(a)``: the product of the pivots times the permutation's sign."""
+    """``np.linalg.det(a)``: the product of the pivots times the permutation's sign; 0 for a
+    singular matrix, with the adjugate as its gradient (Jacobi's formula)."""
     return _batched(_det2, _square(a, "det"))
 
 

@@ -74,6 +74,15 @@ def _fail(msg: str) -> TracingError:
     return TracingError(f"{_user_site()}: {msg}")
 
 
+class _IndexOutOfRange(TracingError, IndexError):
+    """An index numpy refuses with ``IndexError`` (out of bounds, too many indices, a mask of the
+    wrong size). Also an ``IndexError``, so code that catches numpy's error behaves the same."""
+
+
+def _fail_index(msg: str) -> _IndexOutOfRange:
+    return _IndexOutOfRange(f"{_user_site()}: {msg}")
+
+
 def _source_line() -> str:
     """The text of the user's line being traced (for hints), or ''."""
     import linecache
@@ -1083,12 +1092,18 @@ def _normalise_key(key, shape) -> tuple:
     """numpy basic indexing -> tuple of ints and (start, stop, step) triples, or raise."""
     if not isinstance(key, tuple):
         key = (key,)
-    if any(k is Ellipsis for k in key):
-        i = key.index(Ellipsis)
-        fill = len(shape) - (len(key) - 1)
-        key = key[:i] + (slice(None),) * fill + key[i + 1 :]
-    if len(key) > len(shape):
-        raise _fail(f"too many indices ({len(key)}) for an array of shape {shape}")
+    dots = [i for i, k in enumerate(key) if k is Ellipsis]  # by identity: no == on the items
+    if len(dots) > 1:
+        raise _fail_index("an index can only have a single ellipsis ('...')")
+    used = len(key) - len(dots)
+    if used > len(shape):
+        raise _fail_index(
+            f"too many indices for array: array is {len(shape)}-dimensional, but {used} were "
+            "indexed"
+        )
+    if dots:
+        i = dots[0]
+        key = key[:i] + (slice(None),) * (len(shape) - used) + key[i + 1 :]
     items = []
     for k, d in zip(key, shape):
         if isinstance(k, Tracer):
@@ -1101,7 +1116,9 @@ def _normalise_key(key, shape) -> tuple:
         elif isinstance(k, (int, np.integer)) and not isinstance(k, bool):
             k = int(k)
             if not -d <= k < d:
-                raise _fail(f"index {k} is out of bounds for axis of size {d}")
+                raise _fail_index(
+                    f"index {k} is out of bounds for axis {len(items)} with size {d}"
+                )
             items.append(k % d)
         elif k is None:
             raise _fail("np.newaxis / None in an index is not supported; use reshape")
@@ -1238,7 +1255,19 @@ def where(cond, a, b):
 # Entry point
 
 
+def masked_array_error(what: str) -> TypeError:
+    """The error for a numpy masked array passed where an array is expected: converting it drops
+    its mask (every masked element would take part), so it is refused."""
+    return TypeError(
+        f"{what} is a numpy masked array: tapejit would drop its mask and use every element. "
+        "Pass x.filled(value) (masked elements replaced), x.compressed() (only the unmasked "
+        "ones), or the data and the mask as two arguments and use tapejit.where(mask, ...)"
+    )
+
+
 def _input_type(value: Any, position: int) -> tuple[Type, np.ndarray]:
+    if isinstance(value, np.ma.MaskedArray):
+        raise masked_array_error(f"argument {position}")
     if isinstance(value, (bool, np.bool_)) or not isinstance(
         value, (int, float, np.integer, np.floating, np.ndarray)
     ):

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..codegen.entry import ffi
+from ..tracing import masked_array_error
 
 F64 = np.dtype(np.float64)
 _BIG = 2**53  # 64-bit integers convert to float64 exactly only up to here in magnitude
@@ -155,6 +156,8 @@ class Signature:
                     "represent exactly (|v| > 2**53); pass a float if rounding is intended"
                 )
             return ffi.from_buffer(np.array(float(a)))
+        if isinstance(a, np.ma.MaskedArray):
+            raise masked_array_error(what)
         if isinstance(a, np.ndarray):  # an ndarray subclass: view it as a plain array
             return self.arg_pointer(i, np.asarray(a))
         raise TypeError(
