@@ -347,19 +347,6 @@ def _logit(p):
     return np.log(p / (1.0 - p))
 
 
-def _xlogy(x, y):
-    """x * log(y), 0 where x == 0 (scipy.special.xlogy)."""
-    x, y = _t(x), _t(y)
-    safe = _where(x == 0.0, 1.0, y)
-    return _where(x == 0.0, 0.0, x * np.log(safe))
-
-
-def _xlog1py(x, y):
-    x, y = _t(x), _t(y)
-    safe = _where(x == 0.0, 0.0, y)
-    return _where(x == 0.0, 0.0, x * np.log1p(safe))
-
-
 def _remainder(a, b):
     """numpy's ``mod``/``remainder``/``%``: ``fmod`` moved to the sign of ``b`` (numpy's own
     ``npy_divmod``), exact like it."""

@@ -70,9 +70,8 @@ from .np_math import (
     _sinc,
     _tensordot,
     _where_fn,
-    _xlog1py,
-    _xlogy,
 )
+from . import np_special as _sp
 from .np_reduce import (
     _average,
     _diff,
@@ -169,8 +168,8 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "expit": _expit,
     "log_expit": _log_expit,
     "logit": _logit,
-    "xlogy": _xlogy,
-    "xlog1py": _xlog1py,
+    "xlogy": _sp._xlogy,
+    "xlog1py": _sp._xlog1py,
     "erf": functools.partial(_unary, Op.ERF),
     "gammaln": functools.partial(_unary, Op.GAMMALN),
     "psi": functools.partial(_unary, Op.DIGAMMA),  # scipy.special.digamma is psi
@@ -182,6 +181,19 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "rgamma": _rgamma,
     "beta": _beta,
     "betaln": _betaln,
+    "entr": _sp.lifted(_sp._entr),
+    "rel_entr": _sp.lifted(_sp._rel_entr),
+    "kl_div": _sp.lifted(_sp._kl_div),
+    "erfcx": _sp.lifted(_sp._erfcx),
+    "ndtr": _sp.lifted(_sp._ndtr),
+    "log_ndtr": _sp.lifted(_sp._log_ndtr),
+    "ndtri": _sp.lifted(_sp._ndtri),
+    "boxcox": _sp.lifted(_sp._boxcox),
+    "boxcox1p": _sp.lifted(_sp._boxcox1p),
+    "loggamma": _sp._loggamma,
+    "poch": _sp.lifted(_sp._poch),
+    "_zeta": _sp._zeta,
+    "_riemann_zeta": _sp._riemann_zeta,
 }  # fmt: skip
 
 #: numpy ufunc methods other than ``__call__``: (ufunc name, method) -> implementation
@@ -315,7 +327,8 @@ def supported_markdown() -> str:
     """The README's list of the numpy names that trace (a test keeps README in sync; regenerate
     with ``python -c "import tapejit.numpy_api as m; print(m.supported_markdown())"``)."""
     ufuncs = sorted(n for n in UFUNCS if isinstance(getattr(np, n, None), np.ufunc))
-    special = sorted(n for n in UFUNCS if n not in ufuncs)
+    # scipy.special.zeta(s) and zeta(s, q) call the ufuncs _riemann_zeta and _zeta
+    special = sorted({n.removeprefix("_riemann").lstrip("_") for n in UFUNCS if n not in ufuncs})
     functions = sorted({_function_name(f) for f in FUNCTIONS})
     methods = sorted(
         n
