@@ -12,7 +12,9 @@ hex digits, a 4-byte count of *parts*, and each part as a 2-byte name length, th
 under a name (tapejit stores the object code, the compressed LLVM IR and a JSON description of
 the compiled function: :func:`encode_entry` / :func:`decode_entry`). :meth:`ObjectCache.load` returns ``None`` — a miss, and the next store
 replaces the file — for a missing, truncated, garbled or foreign entry (wrong magic, checksum,
-key or framing), never loading it blindly. :meth:`ObjectCache.store` writes a temporary file in
+key or framing) or for anything but a regular file (a FIFO, a symlink — to ``/dev/zero`` or
+elsewhere —, a device or a directory: opened without following links or blocking, and read up
+to its size), never loading it blindly. :meth:`ObjectCache.store` writes a temporary file in
 the same directory and renames it over the entry (atomic on POSIX and Windows), so processes
 compiling the same function at once each write a whole entry and readers never see half of one.
 """
@@ -23,6 +25,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import struct
 import tempfile
 import zlib
@@ -52,6 +55,39 @@ def cache_key(text: str, salt: str) -> str:
     return h.hexdigest()
 
 
+#: The largest entry read (a bigger file is not one this cache wrote: a miss).
+MAX_ENTRY_BYTES = 1 << 31
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path`` if it is a regular file (not a symlink, FIFO, device or
+    directory) of at most :data:`MAX_ENTRY_BYTES`, read up to the size it had when opened;
+    ``None`` otherwise. Never blocks on a FIFO (``O_NONBLOCK``) nor follows a link into
+    ``/dev/zero`` (``O_NOFOLLOW``, then ``fstat``)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:  # absent, a symlink (ELOOP), unreadable
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+            return None
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:  # truncated meanwhile
+                return None
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 class ObjectCache:
     """Compiled objects under ``directory`` (created on first store)."""
 
@@ -63,9 +99,8 @@ class ObjectCache:
 
     def load(self, key: str) -> dict[str, bytes] | None:
         """The parts stored under ``key``, or ``None`` if absent or not valid."""
-        try:
-            data = self.path(key).read_bytes()
-        except OSError:
+        data = _read_regular(self.path(key))
+        if data is None:
             return None
         head = len(MAGIC) + 32
         if len(data) < head + 64 + 4 or not data.startswith(MAGIC):
@@ -126,7 +161,7 @@ class ObjectCache:
         return {
             "directory": str(self.directory),
             "entries": len(files),
-            "bytes": sum(p.stat().st_size for p in files),
+            "bytes": sum(p.lstat().st_size for p in files),
         }
 
     def clear(self) -> int:

@@ -115,6 +115,72 @@ def test_a_damaged_entry_is_ignored_and_replaced(tmp_path, damage):
     assert tj.compile(eam, x, cache=cache).stats["cache"] == "hit"  # replaced by a good entry
 
 
+def _fifo(path):
+    path.unlink()
+    os.mkfifo(path)  # opened for reading in blocking mode, it waits for a writer forever
+
+
+def _dev_zero(path):
+    path.unlink()
+    path.symlink_to("/dev/zero")  # read to its end, it never ends
+
+
+def _link_to_a_good_entry(path):
+    good = path.parent / "elsewhere.bin"
+    path.rename(good)
+    path.symlink_to(good)  # not written by the cache: not followed
+
+
+def _directory(path):
+    path.unlink()
+    path.mkdir()
+
+
+def _bounded(fn, seconds=120):
+    """``fn()``, failing (not hanging) the test when it takes longer than ``seconds``."""
+    import threading
+
+    result = []
+    t = threading.Thread(target=lambda: result.append(fn()), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"{fn} did not return within {seconds} s"
+    return result[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX special files")
+@pytest.mark.parametrize("special", [_fifo, _dev_zero, _link_to_a_good_entry])
+def test_an_entry_that_is_not_a_regular_file_is_a_miss_and_replaced(tmp_path, special):
+    """A FIFO made the next compile wait forever for a writer, a symlink to /dev/zero read
+    without bound: an entry is opened without following links or blocking and must be a
+    regular file, else it is a miss, and the next store replaces it with a regular file."""
+    if special is _dev_zero and not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/zero")
+    cache = ObjectCache(tmp_path)
+    x = RNG.random(16)
+    ref = tj.compile(eam, x, cache=cache)(x)
+    path = _entry(cache)
+    key = path.name[: -len(".tjo")]
+    special(path)
+    assert _bounded(lambda: cache.load(key), 30) is None
+    again = _bounded(lambda: tj.compile(eam, x, cache=cache))
+    assert again.stats["cache"] == "miss"
+    np.testing.assert_array_equal(again(x), ref)
+    assert path.is_file() and not path.is_symlink()
+    assert tj.compile(eam, x, cache=cache).stats["cache"] == "hit"
+    assert cache.info()["entries"] == 1
+
+
+def test_an_entry_that_is_a_directory_is_a_miss(tmp_path):
+    cache = ObjectCache(tmp_path)
+    x = RNG.random(16)
+    tj.compile(eam, x, cache=cache)
+    path = _entry(cache)
+    _directory(path)
+    assert cache.load(path.name[: -len(".tjo")]) is None
+    assert _bounded(lambda: tj.compile(eam, x, cache=cache)).stats["cache"] == "miss"
+
+
 def test_switches(tmp_path, monkeypatch):
     x = RNG.random(8)
     monkeypatch.setenv("TAPEJIT_CACHE_DIR", str(tmp_path / "env"))
