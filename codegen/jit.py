@@ -14,6 +14,7 @@ uses). Both run object code in an engine, so a loaded library gives bit-identica
 from __future__ import annotations
 
 import re
+import struct
 import time
 import zlib
 
@@ -46,6 +47,16 @@ def _make_fork_safe() -> None:
 
 
 _make_fork_safe()
+
+
+def embed_record(module: ir.Module, name: str, data: bytes) -> None:
+    """Add ``data`` to ``module`` as the read-only global ``name``: an 8-byte little-endian
+    length, then the bytes (read back with :meth:`CodeLibrary.record`)."""
+    blob = struct.pack("<Q", len(data)) + data
+    ty = ir.ArrayType(ir.IntType(8), len(blob))
+    gv = ir.GlobalVariable(module, ty, name=name)
+    gv.initializer = ir.Constant(ty, bytearray(blob))
+    gv.global_constant = True
 
 
 _HINT = re.compile(r'^(![0-9]+) = !\{ !"tapejit\.interleave", i32 ([0-9]+) \}$', re.M)
@@ -175,6 +186,17 @@ class CodeLibrary:
         if not addr:
             raise KeyError(f"no global {name!r} in this code library")
         return addr
+
+    def record(self, name: str, limit: int = 1 << 20) -> bytes:
+        """The bytes of the constant ``name`` that :func:`embed_record` wrote (``KeyError`` if
+        absent, ``ValueError`` if its length prefix exceeds ``limit``). Reads memory only."""
+        import ctypes
+
+        addr = self.global_address(name)
+        (n,) = struct.unpack("<Q", ctypes.string_at(addr, 8))
+        if n > limit:
+            raise ValueError(f"the record {name!r} claims {n} bytes (at most {limit} expected)")
+        return ctypes.string_at(addr + 8, n)
 
     @property
     def asm(self) -> str:

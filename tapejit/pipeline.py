@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ from .codegen import batch as _batch
 from .codegen import cache as _cache
 from .codegen import fastcall as _fastcall
 from .codegen.cache import ObjectCache, cache_key
-from .codegen.jit import CodeLibrary
+from .codegen.jit import CodeLibrary, embed_record
 from .codegen.lower import lower
 from .ir import Graph, Program, digest
 from .ops import Op
@@ -187,6 +188,11 @@ def build(
             [max(1, int(np.prod(s))) for s in grad_shapes],
             symbol + "_batch",
         )
+    record = abi(
+        shapes, consts, grad_shapes, workspace_bytes, fast.get("fast_slots", 0), tuple_result,
+        dynamic, entries and not dynamic,
+    )
+    embed_record(module, symbol + ABI_SUFFIX, record)
     text = CodeLibrary.prepare(module)
     stages.timings["lower"] = time.perf_counter() - t0
     if progress:
@@ -210,6 +216,39 @@ def build(
     return Built(
         symbol, len(g.inputs), len(g.outputs), shapes, consts, stats, text, lib, grad_shapes
     )
+
+
+#: The kernel's calling convention (:func:`abi`) is the module's constant ``symbol + ABI_SUFFIX``.
+ABI_SUFFIX = ".abi"
+
+
+def abi(
+    shapes: tuple[tuple[int, ...], ...],
+    consts: list[np.ndarray],
+    out_shapes: tuple[tuple[int, ...], ...],
+    workspace_bytes: int,
+    fast_slots: int,
+    tuple_result: bool,
+    dynamic: tuple[int, ...],
+    batch: bool,
+) -> bytes:
+    """The calling convention native code was compiled for, as canonical JSON: the inputs'
+    shapes (hidden lengths included), each constant's shape and dtype, the outputs' shapes, the
+    workspace bytes, the fast-call slots (0: no trampolines), the result kind, the dynamic
+    arguments and whether a batch entry exists. :func:`build` embeds it in the machine code, so
+    that a restored gradient is checked against the code before any of it runs
+    (:mod:`tapejit.runtime.pickling`)."""
+    record = {
+        "shapes": [list(map(int, s)) for s in shapes],
+        "consts": [[list(map(int, c.shape)), c.dtype.str] for c in consts],
+        "out_shapes": [list(map(int, s)) for s in out_shapes],
+        "workspace_bytes": int(workspace_bytes),
+        "fast_slots": int(fast_slots),
+        "tuple_result": bool(tuple_result),
+        "dynamic": sorted(map(int, dynamic)),
+        "batch": bool(batch),
+    }
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
 
 
 @functools.cache

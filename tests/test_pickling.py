@@ -119,24 +119,286 @@ def test_another_host_recompiles_from_f_or_raises(monkeypatch):
         pickle.loads(bad)
 
 
+def _parts(g):
+    """``(state dict, constants)`` of ``g``'s pickle: what pickle surgery edits."""
+    fmt, _, data, consts = g.__reduce__()[1]
+    assert fmt == pickling.FORMAT
+    return pickle.loads(data), list(consts)
+
+
+def _forge(state, consts):
+    """A payload with ``state`` and ``consts`` whose digest is recomputed (a forgery, not
+    damage: only the consistency checks can catch it)."""
+    data = pickle.dumps(state)
+    consts = tuple(consts)
+    return pickling.restore(pickling.FORMAT, pickling.digest(data, consts), data, consts)
+
+
 def test_damaged_and_foreign_payloads_raise_clear_errors():
     g = tj.compile(eam, RNG.random(10), cache=False)
     data = pickle.dumps(g)
     with pytest.raises((pickle.UnpicklingError, EOFError)):
         pickle.loads(data[: len(data) // 2])
-    state = g.__reduce__()[1][0]
-    damaged = dict(state, variants=[dict(state["variants"][0])])
-    obj = bytearray(damaged["variants"][0]["object"])
+    fmt, digest, state, consts = g.__reduce__()[1]
+    obj = bytearray(state)
     obj[len(obj) // 2] ^= 0xFF
-    damaged["variants"][0]["object"] = bytes(obj)
     with pytest.raises(pickling.GradientUnpicklingError, match="damaged"):
-        pickling.restore(damaged)
+        pickling.restore(fmt, digest, bytes(obj), consts)
+    with pytest.raises(pickling.GradientUnpicklingError, match="damaged"):
+        pickling.restore(fmt, digest, state[:-1], consts)  # truncated
     with pytest.raises(pickling.GradientUnpicklingError, match="unknown format"):
-        pickling.restore(dict(state, format="tapejit-gradient-999"))
+        pickling.restore("tapejit-gradient-999", digest, state, consts)
+    with pytest.raises(pickling.GradientUnpicklingError, match="unknown format.*gradient-1"):
+        pickling.restore({"format": "tapejit-gradient-1"})  # a pickle of the previous format
+    s, c = _parts(g)
     with pytest.raises(pickling.GradientUnpicklingError, match="lacks"):
-        pickling.restore({k: v for k, v in state.items() if k != "variants"})
+        _forge({k: v for k, v in s.items() if k != "variants"}, c)
     with pytest.raises(pickling.GradientUnpicklingError):
         pickling.restore("not a state")
+
+
+W7 = RNG.random((7, 7))
+
+
+def with_constant(x):
+    """A captured constant, two specialisations, guards: every part of a payload is present."""
+    if x[0] > 0:
+        return np.sum(np.tanh(W7 @ x)) + np.sum(x * x)
+    return np.sum(np.exp(W7 @ x))
+
+
+def _two_variants():
+    x = RNG.random(7)
+    g = tj.compile(with_constant, x, cache=False)
+    g(-x)  # a second specialisation
+    return g, x
+
+
+def _regions(data, g):
+    """Byte ranges of ``data`` (a protocol-4 pickle of ``g``) holding the state and the
+    constants: a flip there must be caught by the digest."""
+    _, _, state, consts = g.__reduce__()[1]
+    spans = []
+    for blob in (state, *(np.ascontiguousarray(c).tobytes() for c in consts)):
+        at = data.find(blob)
+        assert at >= 0
+        spans.append((at, at + len(blob)))
+    return spans
+
+
+def test_a_flipped_bit_anywhere_is_caught_or_harmless():
+    """Flip one byte at a time across the whole pickle: the load raises
+    GradientUnpicklingError (always, for a byte of the state or a constant: object code,
+    constants, signatures, workspace size, guards, options, the pickled f...), or pickle's own
+    error for its framing — or it returns a gradient bitwise equal to the original's. The old
+    format checksummed only the object code: a flipped constant restored and gave another
+    gradient, a flipped shape was read past its end."""
+    g, x = _two_variants()
+    want = [g(x), g(-x), g.value_and_grad(x)[0]]
+    data = pickle.dumps(g, protocol=4)
+    spans = _regions(data, g)
+    rng = np.random.default_rng(11)
+    sample = set(rng.choice(len(data), size=400, replace=False).tolist())
+    for a, b in spans:  # and every field boundary region densely: both ends of each span
+        sample |= set(range(a, min(b, a + 40))) | set(range(max(a, b - 40), b))
+    caught = 0
+    for i in sorted(sample):
+        bad = bytearray(data)
+        bad[i] ^= 1 << (i % 8)
+        inside = any(a <= i < b for a, b in spans)
+        try:
+            h = pickle.loads(bytes(bad))
+        except pickling.GradientUnpicklingError:
+            caught += 1
+            continue
+        except Exception as e:  # noqa: BLE001 - pickle's framing, outside the payload
+            assert not inside, f"byte {i} of the payload: {type(e).__name__}: {e}"
+            continue
+        assert not inside, f"byte {i} of the payload was flipped and the load succeeded"
+        got = [h(x), h(-x), h.value_and_grad(x)[0]]
+        for u, v in zip(got, want):
+            np.testing.assert_array_equal(u, v)
+    assert caught >= len([i for i in sample if any(a <= i < b for a, b in spans)])
+
+
+def test_truncations_raise():
+    g, x = _two_variants()
+    data = pickle.dumps(g)
+    for n in range(0, len(data), max(1, len(data) // 300)):
+        with pytest.raises(Exception) as e:
+            pickle.loads(data[:n])
+        assert isinstance(e.value, (pickle.UnpicklingError, EOFError, ValueError)), e.value
+    fmt, digest, state, consts = g.__reduce__()[1]
+    for n in range(0, len(state), max(1, len(state) // 100)):
+        with pytest.raises(pickling.GradientUnpicklingError, match="damaged"):
+            pickling.restore(fmt, digest, state[:n], consts)
+    with pytest.raises(pickling.GradientUnpicklingError, match="damaged"):
+        pickling.restore(fmt, digest, state, (consts[0][:-1],) + consts[1:])
+    # out-of-band buffers cut short
+    buffers = []
+    data = pickle.dumps(g, protocol=5, buffer_callback=buffers.append)
+    short = [memoryview(b.raw())[:-8] for b in buffers]
+    with pytest.raises((pickling.GradientUnpicklingError, ValueError)):
+        pickle.loads(data, buffers=short)
+
+
+def test_a_forged_constant_of_the_wrong_length_is_never_read():
+    """A constant replaced with a shorter one (digest recomputed: a forgery) was read past its
+    end; now its declared shape, and then the calling convention embedded in the object code,
+    disagree with it."""
+    g, x = _two_variants()
+    s, c = _parts(g)
+    short = [c[0][:3]] + c[1:]
+    with pytest.raises(pickling.GradientUnpicklingError, match=r"constant 0 is <f8\[3, 7\]"):
+        _forge(s, short)
+    for v in s["variants"]:  # the declaration forged to match as well
+        v["consts"] = [(i, d, (3, 7) if i == 0 else sh) for i, d, sh in v["consts"]]
+    with pytest.raises(pickling.GradientUnpicklingError, match="calling convention.*consts"):
+        _forge(s, short)
+    s, c = _parts(g)
+    with pytest.raises(pickling.GradientUnpicklingError, match="constant 0 is <i8"):
+        _forge(s, [c[0].astype(np.int64)] + c[1:])
+
+
+def _resize(s, n):
+    """Every shape of every variant of ``s`` (a 7-vector function's state) forged to ``(n,)``."""
+    for v in s["variants"]:
+        v["shapes"] = ((n,),)
+        v["out_shapes"] = ((n,),)
+        name, _, argnums, tr, dyn, _ = v["signature"]
+        v["signature"] = (name, ((n,),), argnums, tr, dyn, ((n,),))
+
+
+def test_a_forged_signature_is_caught_before_native_code_runs():
+    """A signature forged from 7 to 3 elements returned a 3-element gradient for a 7-element
+    argument, and the process then crashed: the signature is checked against the kernel's
+    declared shapes and those against the calling convention in the machine code."""
+    g, x = _two_variants()
+    s, c = _parts(g)
+    v = s["variants"][0]
+    name, _, argnums, tr, dyn, _ = v["signature"]
+    v["signature"] = (name, ((3,),), argnums, tr, dyn, ((3,),))
+    with pytest.raises(pickling.GradientUnpicklingError, match="result.*3.*7"):
+        _forge(s, c)
+    s, c = _parts(g)
+    _resize(s, 3)
+    with pytest.raises(pickling.GradientUnpicklingError, match=r"shapes: \[\[7\]\] in the code"):
+        _forge(s, c)
+    s, c = _parts(g)
+    s["variants"][0]["signature"] = (name, ((7,),), (0,), tr, dyn, ((7, 1),))
+    with pytest.raises(pickling.GradientUnpicklingError, match="results"):
+        _forge(s, c)
+    for field, value in (("workspace_bytes", 0), ("workspace_bytes", 64), ("fast_slots", 99)):
+        s, c = _parts(g)
+        stats = s["variants"][0]["stats"]
+        if stats.get(field, 0) == value:
+            continue  # (no workspace to forge away)
+        stats[field] = value
+        with pytest.raises(pickling.GradientUnpicklingError, match=field):
+            _forge(s, c)
+    s, c = _parts(g)
+    s["variants"][0]["n_inputs"] += 1
+    with pytest.raises(pickling.GradientUnpicklingError, match="inputs"):
+        _forge(s, c)
+    s, c = _parts(g)
+    s["current"] = 5
+    with pytest.raises(pickling.GradientUnpicklingError, match="inconsistent"):
+        _forge(s, c)
+    h = _forge(*_parts(g))  # an untouched state, re-pickled, still loads
+    np.testing.assert_array_equal(h(x), g(x))
+
+
+MAIN_SCRIPT = """
+import pickle, sys
+import numpy as np
+import tapejit as tj
+
+def f(x):
+    if x[0] > 0:
+        return np.sum(np.sin(x) * x)
+    return np.sum(x ** 3)
+
+g = tj.compile(f, np.linspace(0.1, 1.0, 5), cache=False)
+with open(sys.argv[1], "wb") as fh:
+    pickle.dump(g, fh)
+np.save(sys.argv[2], g(np.linspace(0.1, 1.0, 5)))
+"""
+
+LOAD = """
+import pickle, sys
+import numpy as np
+{prelude}
+try:
+    with open(sys.argv[1], "rb") as fh:
+        g = pickle.load(fh)
+except Exception as e:
+    print(type(e).__name__, e)
+    sys.exit(0)
+x = np.linspace(0.1, 1.0, 5)
+assert np.array_equal(g(x), np.load(sys.argv[2])), "not the same gradient"
+try:
+    print(list(g(-x)))
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+
+
+def _python(*args, cwd):
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=240, cwd=cwd
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_a_gradient_of_a_function_in_main_loads_in_a_fresh_interpreter(tmp_path):
+    """f defined in a script's __main__ used to be pickled by reference, so a fresh interpreter
+    failed with "Can't get attribute 'f' on <module '__main__'>" although the compiled code
+    needs no f: f now travels by value (cloudpickle) and is loaded only optionally."""
+    (tmp_path / "make.py").write_text(MAIN_SCRIPT)
+    block = "import sys; sys.modules['cloudpickle'] = None"
+    for attempt in range(3):  # (a tapejit source edited meanwhile changes the host key)
+        _python("make.py", "g.pkl", "g.npy", cwd=tmp_path)
+        out = _python("-c", LOAD.format(prelude=""), "g.pkl", "g.npy", cwd=tmp_path)
+        # without cloudpickle f cannot be loaded: the compiled branch still runs, the other
+        # one says why it cannot recompile
+        out2 = _python("-c", LOAD.format(prelude=block), "g.pkl", "g.npy", cwd=tmp_path)
+        if "another host or toolchain (compiler:" not in out2:
+            break
+    x = -np.linspace(0.1, 1.0, 5)
+    np.testing.assert_allclose(eval(out), 3 * x**2, rtol=1e-14)  # retraced from f by value
+    assert out2.startswith("GuardError") and "cannot recompile here: f was pickled" in out2, out2
+
+
+def test_f_that_cannot_be_loaded_is_optional(monkeypatch):
+    """An f pickled by reference that the loading process cannot import: the compiled variants
+    run; a longer dynamic argument (which needs a new specialisation) says why it cannot."""
+    import types
+
+    mod = types.ModuleType("tapejit_test_vanishing")
+    src = """
+import numpy as np
+import tapejit as tj
+
+def f(p, seq):
+    h, _ = tj.scan(lambda h, row: (np.tanh(p * h + row), None), np.zeros(3), seq)
+    return np.sum(h * h)
+"""
+    exec(src, mod.__dict__)
+    monkeypatch.setitem(__import__("sys").modules, mod.__name__, mod)
+    p, seq = RNG.random(3), RNG.random((5, 3))
+    g = tj.compile(mod.f, p, seq, dynamic_argnums=1, cache=False)
+    data = pickle.dumps(g)
+    monkeypatch.delitem(__import__("sys").modules, mod.__name__)
+    h = pickle.loads(data)
+    assert h.fn is None
+    np.testing.assert_array_equal(h(p, seq), g(p, seq))
+    n = h._primary.signature.dynamic[1]
+    with pytest.raises(tj.GuardError, match="cannot recompile here: f was pickled.*tapejit_test"):
+        h(p, RNG.random((n + 1, 3)))
 
 
 def test_spawned_pool_and_process_pool_executor():
@@ -170,7 +432,9 @@ def test_dask_sweep_on_a_local_cluster_ships_the_gradient_once_per_worker():
     ) as cluster, distributed.Client(cluster) as client:
         got = tjd.batch(g, X, rows_per_task=500)  # 8 tasks
         np.testing.assert_array_equal(got, want)
-        counts = client.run(lambda: __import__("tapejit.runtime.pickling").runtime.pickling.restored)
+        counts = client.run(
+            lambda: __import__("tapejit.runtime.pickling").runtime.pickling.restored
+        )
         assert 1 <= sum(counts.values()) <= len(counts)  # once per worker that ran a task
     with pytest.raises(ValueError, match=r"X must have shape \(m, 30\)"):
         tjd.batch(g, RNG.random((5, 31)))
