@@ -13,7 +13,10 @@ to each worker once, not with every task. The same recipe by hand::
     G.compute()                                            # on the current scheduler/client
 
 Only single-argument gradients are handled by :func:`batch`; for several arguments, map over
-blocks of each the same way.
+blocks of each the same way. A gradient is also an ordinary Dask callable —
+``dask.delayed(grad)(x)``, ``client.submit(grad, x)``, ``client.scatter(grad)``: it answers
+``functools.partial``'s ``func``/``args``/``keywords``, which Dask reads to name and tokenize a
+task, and its token is the digest of its pickle.
 """
 
 from __future__ import annotations

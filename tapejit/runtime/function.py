@@ -99,13 +99,30 @@ class GradientFunction(functools.partial):
 
         return pickling.reduce(self)
 
-    # functools.partial's own attributes are an implementation detail here
+    # functools.partial's protocol, which Dask reads of every partial (dask.utils.funcname,
+    # dask.tokenize): ``partial(g.func, *g.args, **g.keywords)`` is ``g``. (The C-level function
+    # the vectorcall reaches stays private: functools.partial.func.__get__(g).)
     @property
-    def func(self):
-        """Not available: an implementation detail of the native call path."""
-        raise AttributeError("'GradientFunction' object has no attribute 'func'")
+    def func(self) -> "_Func":
+        """A callable that computes this gradient, named after ``f`` (the partial protocol)."""
+        return _Func(self)
 
-    args = keywords = func
+    @property
+    def args(self) -> tuple:
+        """``()``: no arguments are bound (the partial protocol)."""
+        return ()
+
+    @property
+    def keywords(self) -> dict:
+        """``{}``: no keywords are bound (the partial protocol)."""
+        return {}
+
+    def __dask_tokenize__(self) -> str:
+        """Dask's key for this gradient: the digest of its pickle (equal for equal compiled
+        code, options and ``f``), computed once per set of specialisations."""
+        from . import pickling
+
+        return pickling.token(self)
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
         """``grad(*args, out=None)``: the gradient of ``f`` at ``args`` (see the class doc).
@@ -113,9 +130,6 @@ class GradientFunction(functools.partial):
         Calls do not run this method: the instance's vectorcall reaches the native entry of
         the current variant directly (it does the same as this method, faster)."""
         return self._dispatcher.current.call(args, out)[1]
-
-    def __dir__(self) -> list[str]:
-        return [n for n in super().__dir__() if n not in ("func", "args", "keywords")]
 
     # -- the options -----------------------------------------------------------------------------
     @property
@@ -249,6 +263,31 @@ class GradientFunction(functools.partial):
     def __repr__(self) -> str:
         shapes = ", ".join(f"f64{list(s)}" for s in self._primary.signature.shapes)
         return f"<GradientFunction of {self.name}({shapes}) wrt argnums={self.argnums}>"
+
+
+class _Func:
+    """``grad.func``: calls ``grad``; has ``f``'s ``__name__`` and ``grad``'s Dask token."""
+
+    __slots__ = ("grad",)
+
+    def __init__(self, grad: GradientFunction):
+        self.grad = grad
+
+    def __call__(self, *args: Any, out: Any = None) -> Any:
+        return self.grad(*args, out=out)
+
+    @property
+    def __name__(self) -> str:
+        return self.grad.name
+
+    def __dask_tokenize__(self) -> str:
+        return self.grad.__dask_tokenize__()
+
+    def __reduce__(self) -> tuple:
+        return (_Func, (self.grad,))
+
+    def __repr__(self) -> str:
+        return f"<native call of {self.grad!r}>"
 
 
 class _Signatures:
