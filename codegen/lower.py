@@ -99,6 +99,7 @@ EMIT: dict[Op, Callable[..., ir.Value]] = {
     Op.NOT: lambda b, n, x: b.xor(x, I1(1)),
     Op.WHERE: lambda b, n, c, x, y: b.select(c, x, y),
     Op.CAST: _cast,
+    Op.STOP_GRADIENT: lambda b, n, x: x,  # (the passes remove it; its value is x)
     **{op: _math(op) for op in mathlib.MATH},
 }
 

@@ -10,7 +10,7 @@ See README.md and the documentation site (docs/) for the pipeline; every stage p
 """
 
 from .control import checkpoint, fori_loop, scan, while_loop
-from .custom import custom_jvp, custom_vjp
+from .custom import custom_jvp, custom_vjp, stop_gradient
 from .api import (
     STAGES,
     GradientFunction,
@@ -25,6 +25,7 @@ from .api import (
     jacfwd,
     jacobian,
     jacrev,
+    jit,
     jvp,
     value_and_grad,
     vjp,
@@ -34,6 +35,7 @@ from .ops import RuleError
 from .runtime.export import ExportedGradient, SharedLibraryError
 from .runtime.pickling import GradientUnpicklingError
 from .tracing import TracingError, where
+from .vmap import vmap
 
 __version__ = "0.1.0"
 
@@ -61,10 +63,13 @@ __all__ = [
     "jacfwd",
     "jacobian",
     "jacrev",
+    "jit",
     "jvp",
     "scan",
+    "stop_gradient",
     "value_and_grad",
     "vjp",
+    "vmap",
     "where",
     "while_loop",
 ]

@@ -36,6 +36,7 @@ __all__ = [
     "jacfwd",
     "jacobian",
     "jacrev",
+    "jit",
     "jvp",
     "object_cache",
     "value_and_grad",
@@ -100,8 +101,9 @@ def compile(
     returns ``(*ys, *tangents)``), ``"vjp"`` (``*args, *cotangents`` -> ``(*ys, *gradients)``),
     ``"jacfwd"``/``"jacrev"`` (the Jacobian of each output wrt each argument, shape
     ``y.shape + x.shape``), ``"hvp"`` (``*args, v`` -> ``H v``), ``"hessian"`` (``H``, shape
-    ``x.shape + x.shape``). :func:`jvp`, :func:`vjp`, :func:`jacobian`, :func:`hvp` and
-    :func:`hessian` are the convenient forms.
+    ``x.shape + x.shape``), ``"value"`` (``f`` itself, not differentiated: its outputs; give
+    ``argnums=()``). :func:`jvp`, :func:`vjp`, :func:`jacobian`, :func:`hvp`, :func:`hessian`
+    and :func:`jit` are the convenient forms.
 
     Pytrees: arguments may be nested tuples/lists/dicts/namedtuples/dataclasses of arrays and
     numbers (flattened with optree: ``pip install 'tapejit[pytrees]'``); gradients come back in
@@ -431,3 +433,137 @@ def hvp(f: Callable, primals: Any, v: Any, argnums: int = 0) -> np.ndarray:
             f"got {got}"
         )
     return _compiled(f, "hvp", argnums, primals)(*primals, v)
+
+
+# -- compiled forward functions -------------------------------------------------------------------
+class _Jit:
+    """``f`` compiled as it is (no derivative), one specialisation per argument signature."""
+
+    def __init__(self, f: Callable, options: dict):
+        if not callable(f):
+            raise TypeError(f"jit() needs a callable, got {type(f).__name__}")
+        self.fn, self.options = f, options
+        self.specialisations: dict[tuple, tuple[GradientFunction, list]] = {}
+        self.__name__ = getattr(f, "__name__", "f")
+        self.__doc__ = getattr(f, "__doc__", None)
+        self.__wrapped__ = f
+
+    def __call__(self, *args: Any) -> Any:
+        from .tracing import Tracer
+
+        if _any_tracer(args, Tracer):  # inside a traced function: jit is the identity there
+            return self.fn(*args)
+        if not args:
+            raise TypeError(f"{self.__name__}: a jit-compiled function needs at least one argument")
+        key = _signature_key(args)
+        hit = self.specialisations.get(key)
+        leaves, unflatten = _flat_args(args)
+        if hit is None:
+            out_tree: list = []
+            flat = _flat_function(self.fn, unflatten, out_tree)
+            g = compile(flat, *leaves, argnums=(), mode="value", **self.options)
+            hit = self.specialisations[key] = (g, out_tree)
+        g, out_tree = hit
+        result = g(*leaves)
+        flat_out = result if isinstance(result, tuple) else (result,)
+        return _unflatten_output(out_tree[0], list(flat_out))
+
+    def __repr__(self) -> str:
+        return f"<tapejit.jit of {self.__name__}>"
+
+
+def _any_tracer(tree: Any, cls: type) -> bool:
+    if isinstance(tree, cls):
+        return True
+    if isinstance(tree, dict):
+        return any(_any_tracer(v, cls) for v in tree.values())
+    if isinstance(tree, (tuple, list)):
+        return any(_any_tracer(v, cls) for v in tree)
+    return False
+
+
+def _flat_args(args: tuple) -> tuple[list, Callable]:
+    """The leaves of ``args`` (arrays and numbers) and the function that rebuilds ``args``."""
+    if not any(is_container(a) for a in args):
+        return list(args), lambda leaves: tuple(leaves)
+    ot = optree()
+    leaves, treedef = ot.tree_flatten(tuple(args), none_is_leaf=True)
+    return leaves, lambda xs: tuple(ot.tree_unflatten(treedef, list(xs)))
+
+
+def _flat_function(f: Callable, unflatten: Callable, out_tree: list) -> Callable:
+    """``f`` as a function of the flat argument leaves returning a tuple of output leaves; the
+    structure of its output is left in ``out_tree[0]`` when it is traced."""
+    from . import loop_capture
+
+    def flat(*leaves):
+        out = loop_capture.prepare(f)(*unflatten(leaves))  # the user's function (loops captured)
+        out_leaves, tree = _flatten_output(out)
+        out_tree[:] = [tree]
+        return tuple(out_leaves)
+
+    flat.__name__ = getattr(f, "__name__", "f")
+    flat.__qualname__ = getattr(f, "__qualname__", flat.__name__)
+    return flat
+
+
+def _flatten_output(out: Any) -> tuple[list, Any]:
+    """``(leaves, structure)`` of what a function returned: one leaf (structure ``None``), a
+    flat tuple/list of leaves (its type and length), or a pytree (optree's treedef)."""
+    if not isinstance(out, (tuple, list, dict)) and not is_container(out):
+        return [out], None
+    if type(out) in (tuple, list) and not any(isinstance(o, (tuple, list, dict)) for o in out):
+        if not any(is_container(o) for o in out):
+            return list(out), (type(out), len(out))
+    ot = optree()
+    leaves, treedef = ot.tree_flatten(out, none_is_leaf=False)
+    return leaves, treedef
+
+
+def _unflatten_output(tree: Any, leaves: list) -> Any:
+    if tree is None:
+        return leaves[0]
+    if isinstance(tree, tuple):
+        return tree[0](leaves)
+    return optree().tree_unflatten(tree, leaves)
+
+
+def jit(
+    f: Callable,
+    *,
+    cache: CacheSpec = True,
+    on_guard_failure: str = "recompile",
+    max_specialisations: int = 8,
+    on_max_steps: str = "warn",
+) -> Callable:
+    """``f`` compiled to native code as it is — its value, no derivative — as ``jax.jit``.
+
+    ``jit(f)(*args)`` traces ``f`` at the first call with a given signature (argument shapes
+    and pytree structure), compiles it through the same pipeline as a gradient (passes,
+    fusion, LLVM; the on-disk cache) and calls the native code; later calls with that
+    signature reuse it. Arguments are float64 arrays or real numbers (other real dtypes that
+    convert exactly are converted), or pytrees of them (nested tuples, lists, dicts,
+    namedtuples, dataclasses; ``pip install 'tapejit[pytrees]'``). ``f`` returns an array, a
+    number, or a tuple/list/pytree of them; the call returns the same structure with float64
+    arrays (a Python float for a scalar; bool results come back as 0.0/1.0). Every call is
+    validated as a gradient's is: count, shape, dtype, C-contiguity.
+
+    Python control flow on traced values is guarded, as for gradients: an input that takes
+    another branch retraces and compiles another specialisation (``on_guard_failure``,
+    ``max_specialisations``: as :func:`compile`); ``on_max_steps`` as :func:`compile`. A
+    traced index that is out of range raises ``IndexError`` naming the line (see
+    ``docs/loops.md``). ``cache``: the on-disk cache (:func:`object_cache`).
+
+    Called on traced values (inside a function being compiled, differentiated or vmapped),
+    ``jit(f)`` is ``f`` itself: ``tj.grad(tj.jit(f))`` is ``tj.grad(f)``.
+
+    Raises :class:`tapejit.TracingError` at the first call when ``f`` cannot be traced, and
+    ``TypeError``/``ValueError`` naming the argument for an invalid argument.
+    """
+    options = dict(
+        cache=cache,
+        on_guard_failure=on_guard_failure,
+        max_specialisations=max_specialisations,
+        on_max_steps=on_max_steps,
+    )
+    return _Jit(f, options)

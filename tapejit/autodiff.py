@@ -111,6 +111,23 @@ def _sweep(nodes: list[Node], varied: set[int], seeds: dict[int, list]) -> dict[
     return contribs
 
 
+def _accumulate(acc: Node, contribs: list) -> Node:
+    """A loop param's accumulator ``acc`` plus an iteration's contributions. A row read at a
+    traced position (``take``) contributes ``add_at(0, idx, g)``: it is added at its row of
+    ``acc`` (``add_at(acc, idx, g)``, O(row) per iteration) rather than as a dense array."""
+    rows = [c for c in contribs if _row_into_zeros(c)]
+    rest = [c for c in contribs if not _row_into_zeros(c)]
+    if rest:
+        acc = ops.add(acc, _total(rest, acc))
+    for r in rows:
+        acc = ops.make(Op.ADD_AT, acc, r.args[1], r.args[2])
+    return acc
+
+
+def _row_into_zeros(c) -> bool:
+    return isinstance(c, Node) and c.op == Op.ADD_AT and ops.is_const(c.args[0], 0.0)
+
+
 def loop_vjp(
     body: Graph,
     n_carry: int,
@@ -167,9 +184,7 @@ def loop_vjp(
     ct_carry = [_total(contribs.get(id(c), []), c) for c in carries]
     ct_params = [contribs.get(id(p)) for p, w in zip(params, wrt_params) if w]
     # a param this iteration does not use keeps its accumulator (no ``acc + 0.0``)
-    ct_acc = [
-        ops.add(a, _total(cs, a)) if cs else a for a, cs in zip(acc_in, ct_params)
-    ]
+    ct_acc = [_accumulate(a, cs) if cs else a for a, cs in zip(acc_in, ct_params)]
     ct_xs = [_total(contribs.get(id(x), []), x) for x, w in zip(xs, wrt_xs) if w]
     b_outs = tuple(ct_carry + ct_acc + ct_xs)
 

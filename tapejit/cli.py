@@ -598,6 +598,8 @@ def primitives_markdown() -> str:
         names = ", ".join(f"`{n}`" for n in op.numpy) or "–"
         if name in ops.CUSTOM:
             vjp = jvp = "the user's rule"
+        elif name == ops.Op.STOP_GRADIENT:
+            vjp, jvp = "no cotangent (by definition)", "zero tangent"
         elif op.differentiable:
             vjp, jvp = "yes", "yes" if op.jvp is not None else "no"
         else:

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import autodiff, ops, tracing
+from . import autodiff, dynamic_index, ops, tracing
 from .ir import Graph, Node, Type, substitute
 from .ops import Op
 from .tracing import BodyTrace, Tracer, TracingError, _fail, _values, lift
@@ -259,6 +259,35 @@ def while_loop(cond: Callable, body: Callable, init: Any, *, max_steps: int) -> 
     return carry
 
 
+def _counted_loop(step: Callable, init: Any, xs: list, n: int, k: int, **kw) -> tuple[Any, Any]:
+    """:func:`_loop` of a body that records ``k`` index checks: each becomes a carry counting
+    the iterations where it failed, checked after the loop (:func:`dynamic_index.check`)."""
+    sites: list[str] = []
+
+    def counted(i, c, x_t):
+        inner, counts = c
+        st = tracing._state()
+        before = len(st.index_checks)
+        new, y = step(i, inner, x_t)
+        mine = st.index_checks[before:]
+        del st.index_checks[before:]
+        if len(mine) != len(counts):
+            raise _fail(f"{kw['name']}: the body's traced indices changed when traced again")
+        sites[:] = [w for _, w in mine]
+        flags = [tracing._wrap(ops.where(bad, ops.const(1.0), ops.const(0.0))) for bad, _ in mine]
+        return (new, tuple(c + f for c, f in zip(counts, flags))), y
+
+    cond = kw.pop("cond")
+    wrapped = (lambda c: cond(c[0])) if cond is not None else None
+    (carry, counts), ys = _loop(
+        counted, (init, (0.0,) * k), xs, n, cond=wrapped, counting=True, **kw
+    )
+    for count, site in zip(counts, sites):
+        if count.node.op != Op.CONST:
+            dynamic_index.check(ops.make(Op.GT, count.node, ops.const(0.0)), site)
+    return carry, ys
+
+
 def _is_checkpointed(fn: Callable) -> bool:
     return bool(getattr(fn, "_tapejit_checkpoint", False))
 
@@ -336,9 +365,14 @@ def _loop(
     ys: bool = False,
     steps: Tracer | None = None,
     info: dict | None = None,
+    counting: bool = False,
 ) -> tuple[Any, Any]:
     """Trace ``step(i, carry, [x_t...]) -> (carry, y)`` into a loop node of ``n`` iterations
-    (the bound when ``cond`` is given) and return the traced ``(carry, ys)``."""
+    (the bound when ``cond`` is given) and return the traced ``(carry, ys)``.
+
+    A body that records run-time index checks (:mod:`tapejit.dynamic_index`) is traced again
+    with one more carry per check, counting the iterations where it failed (``counting``:
+    this is that trace); each count is then checked after the loop."""
     outer = tracing._state()
     depth = outer.level
     c_leaves, c_struct = _flatten(init)
@@ -350,6 +384,7 @@ def _loop(
 
     # the body: (i, carry..., x_t...) + params -> (carry'..., y_t...)
     body_st = BodyTrace(outer, f"l{depth}")
+    body_st.counter_range = (start, start + n - 1)
     i_t = body_st.add_fixed(Type(()), "i", np.float64(start))
     c_ts = [body_st.add_fixed(c.node.type, f"c{k}", c.value) for k, c in enumerate(carries)]
 
@@ -361,6 +396,11 @@ def _loop(
         body_st.add_fixed(Type(x.node.shape[1:]), f"x{k}", first_row(x)) for k, x in enumerate(x_ts)
     ]
     result = _trace_body(body_st, step, (i_t, _unflatten(c_struct, c_ts), xt_ts))
+    if body_st.index_checks and not counting:
+        return _counted_loop(
+            step, init, xs, n, len(body_st.index_checks), start=start, cond=cond,
+            checkpointed=checkpointed, name=name, ys=ys, steps=steps, info=info,
+        )  # fmt: skip
     new_carry, y = result
     nc_leaves, nc_struct = _flatten(new_carry)
     if nc_struct != c_struct or len(nc_leaves) != len(carries):

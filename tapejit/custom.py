@@ -249,3 +249,27 @@ def _transpose(g: Graph, n: int) -> Graph:
             bindings[new_pos] = joint.bindings[i]
     outs = substitute(cts, mapping)
     return Graph(f"{g.name}_transpose", tuple(inputs), tuple(kinds), outs, bindings)
+
+
+def stop_gradient(x: Any) -> Any:
+    """``x`` unchanged, with a zero derivative: no cotangent flows through it in reverse mode
+    and its tangent is zero in forward mode (so also in :func:`tapejit.hvp`,
+    :func:`tapejit.hessian` and the Jacobians), as ``jax.lax.stop_gradient``.
+
+    ``x`` is an array, a number, or a pytree of them (nested tuples, lists, namedtuples and
+    dicts; other leaves are returned as they are). While tracing, a traced float array becomes
+    one ``stop_gradient`` node (:data:`tapejit.ops.Op.STOP_GRADIENT`): activity analysis
+    stops there, so nothing computed only from it costs backward work, and ``float()`` of it is
+    guarded like a value computed from constants. Outside tracing it returns ``x``.
+    """
+    if isinstance(x, tracing.Tracer):
+        if x.node.dtype != "f64":  # a mask or a cast result carries no derivative anyway
+            return x
+        return tracing._build(lambda n: ops.make(Op.STOP_GRADIENT, n), x)
+    if isinstance(x, dict):
+        return type(x)((k, stop_gradient(v)) for k, v in x.items())
+    if isinstance(x, tuple) and hasattr(x, "_fields"):  # a namedtuple
+        return type(x)(*(stop_gradient(v) for v in x))
+    if isinstance(x, (tuple, list)):
+        return type(x)(stop_gradient(v) for v in x)
+    return x

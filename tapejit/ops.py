@@ -110,6 +110,8 @@ class Op(enum.StrEnum):
     WHERE = "where"
     # cast
     CAST = "cast"
+    # the value, with no derivative (tapejit.stop_gradient)
+    STOP_GRADIENT = "stop_gradient"
     # reductions
     REDUCE_SUM = "reduce_sum"
     REDUCE_MAX = "reduce_max"
@@ -1134,6 +1136,9 @@ defop(Op.WHERE, "select", 3, _where, _E(np.where),
       jvp=_where_jvp)
 defop(Op.CAST, "cast", 1, _cast, lambda attrs, x: np.asarray(x).astype(ir.NUMPY_DTYPE[attrs[0]]),
       None, differentiable=False)
+# stop_gradient(x): x's value; no cotangent, zero tangent (so activity analysis stops at it);
+# the passes, which run after every differentiation, replace it by x
+defop(Op.STOP_GRADIENT, "unary", 1, _arith, lambda attrs, x: x, None, differentiable=False)
 
 # -- reductions
 defop(Op.REDUCE_SUM, "reduce", 1, _reduce, lambda a, x: np.sum(x, axis=a[0]), _reduce_sum_vjp,

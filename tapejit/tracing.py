@@ -227,6 +227,8 @@ class _Trace:
         self.check_max_steps = True
         #: [loops, iterations] of Python loops captured while tracing (see loop_capture)
         self.captured = [0, 0]
+        #: (out-of-range flag, site) of traced indices checked at run time (dynamic_index)
+        self.index_checks: list[tuple[Node, str]] = []
 
     def add_input(self, t: Type, kind: str, name: str, binding=None) -> Node:
         base, k = name, 1
@@ -325,6 +327,8 @@ class BodyTrace(_Trace):
         self.param_inputs: list[Node] = []
         self._lifted: dict[int, tuple[Node, Tracer]] = {}
         self.fixed = 0  # inputs before the params
+        #: (first, last) value of a loop body's counter (input 0); None for a while_loop's cond
+        self.counter_range: tuple[int, int] | None = None
 
     def add_fixed(self, t: Type, name: str, value: Any) -> "Tracer":
         node = self.add_input(t, "inactive", f"{self.prefix}{name}")
@@ -1153,6 +1157,8 @@ def _element(x: Tracer, key: tuple) -> Tracer | None:
 
 
 def _getitem(x: Tracer, key) -> Tracer:
+    if dynamic_index.is_dynamic(key):  # a traced position, x[i] (tapejit/dynamic_index.py)
+        return dynamic_index.getitem(x, key)
     items = _normalise_key(key, x.shape)
     return _as_view(x, _build(lambda a: ops.index(a, items), x), (Op.INDEX, items))
 
@@ -1189,6 +1195,8 @@ def _setitem(y: Tracer, key, value) -> None:
             "writing into an array of the enclosing function inside a loop body: the body is "
             "traced once, not run per iteration; carry the array through the loop instead"
         )
+    if dynamic_index.is_dynamic(key):  # a traced position, y[i] = v (tapejit/dynamic_index.py)
+        return dynamic_index.setitem(y, key, value)
     items = _normalise_key(key, y.shape)
     region = ops.index_shape(y.shape, items)
     v = lift(value)
@@ -1480,3 +1488,4 @@ def call_graph(g: Graph, *args: Any, guards: bool = True) -> list[Tracer]:
 from . import numpy_api  # noqa: E402
 from . import array_api  # noqa: E402  (the array API namespace and scipy's mode)
 from . import loop_capture  # noqa: E402  (Python loops captured while tracing)
+from . import dynamic_index  # noqa: E402  (indexing at traced positions)

@@ -25,6 +25,8 @@ mode        runtime inputs                     outputs
                                                reverse over the basis of ``x``, in a native loop
 ``grad_``   ``*args``                          ``value, *gradients, *aux``: the gradient of the
 ``aux``                                        first output, the others (``has_aux``) along
+``value``   ``*args``                          ``*ys``: ``g`` itself, not differentiated
+                                               (:func:`tapejit.jit`)
 ==========  =================================  ================================================
 
 The basis sweeps are :func:`tapejit.scan` loops traced around an inlined copy of the one-vector
@@ -47,7 +49,7 @@ from . import autodiff, ops, tracing
 from .ir import Graph, Node, Type, substitute
 
 #: The transformations :func:`program` builds (``grad`` is :func:`autodiff.vjp_graph` itself).
-MODES = ("grad", "grad_aux", "jvp", "vjp", "jacfwd", "jacrev", "hvp", "hessian")
+MODES = ("grad", "grad_aux", "jvp", "vjp", "jacfwd", "jacrev", "hvp", "hessian", "value")
 
 #: Modes whose functions must return one scalar.
 SCALAR_MODES = ("grad", "hvp", "hessian")
@@ -155,6 +157,8 @@ def grad_aux_program(g: Graph, order: Sequence[int]) -> Graph:
 def program(mode: str, g: Graph, order: tuple[int, ...], args: Sequence[Any]) -> Graph:
     """The program of transformation ``mode`` (see the module docstring) of ``g`` (traced at
     ``args`` with the arguments ``order`` active)."""
+    if mode == "value":
+        return g
     if mode == "grad_aux":
         return grad_aux_program(g, order)
     if mode == "jvp":

@@ -68,10 +68,17 @@ def layout(t: Any) -> tuple[tuple[int, ...], int]:
     return _c_strides(t.node.shape), 0
 
 
+#: The kind of a step made by a traced position (``x[i]``, :mod:`tapejit.dynamic_index`): its
+#: argument reads the row (``arg.read(node)``) and writes it back (``arg.write(node, row)``).
+DYNAMIC = "dynamic-index"
+
+
 def apply_step(node: Node, step: tuple) -> Node:
     kind, arg = step
     if kind == Op.INDEX:
         return ops.index(node, arg)
+    if kind == DYNAMIC:
+        return arg.read(node)
     if kind == Op.TRANSPOSE:
         return ops.transpose(node, arg)
     return ops.reshape(node, arg)
@@ -142,6 +149,8 @@ def _inverse(base_node: Node, step: tuple, new: Node) -> Node:
     kind, arg = step
     if kind == Op.INDEX:
         return ops.scatter(base_node, new, arg) if arg else new
+    if kind == DYNAMIC:
+        return arg.write(base_node, new)
     if kind == Op.TRANSPOSE:
         return ops.transpose(new, tuple(np.argsort(arg).tolist()))
     return ops.reshape(new, base_node.shape)

@@ -332,6 +332,7 @@ def _custom(n, rw):
 #: The rule table: (name, ops matched (None: every op), rewrite, note on exactness).
 RULES: list[tuple[str, tuple[Op, ...] | None, object, str]] = [
     ("custom", (Op.CUSTOM,), _custom, "exact: a hand-given rule's node is its value"),
+    ("stop-gradient", (Op.STOP_GRADIENT,), lambda n, rw: n.args[0], "exact: its value"),
     ("fold", None, _fold, "exact: evaluated with the op's reference"),
     ("add", (Op.ADD,), _add, "exact: x+(-0.0) -> x, x+0.0 -> x where x is never -0.0, x+(-y)"),
     ("accumulate-outer", (Op.ADD,), _accumulate_outer, "exact: one product per element"),

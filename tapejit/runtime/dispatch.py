@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import tracing
+from .. import dynamic_index, tracing
 from .options import Options, capacity_for
 from .variant import TOO_LONG, Variant, compile_variant
 
@@ -168,6 +168,8 @@ class Dispatcher:
         _, expected, where = failed.guards[status - 1]
         if tracing.is_max_steps_site(where):
             return self._max_steps_reached(where, args, out)
+        if dynamic_index.is_index_site(where):  # no other variant answers it: raise
+            raise dynamic_index.index_error(self.name, where)
         if self.options.on_guard_failure == "raise" or self.fn is None:
             raise GuardError(
                 f"{self.name}: guard {status} at {where} was compiled for the outcome {expected}, "

@@ -88,7 +88,7 @@ class Options:
         """``argnums`` as non-negative positions in the order given; raises ``ValueError``."""
         a = self.argnums
         nums = (a,) if isinstance(a, int) else tuple(a)
-        if not nums:
+        if not nums and self.mode != "value":  # (a value program differentiates nothing)
             raise ValueError("argnums is empty: nothing to differentiate")
         out = []
         for k in nums:
