@@ -15,7 +15,7 @@ import numpy as np
 from . import ops, ops_table
 from .np_common import _axis, _float_dtype, _like, _no_kwargs, _no_out, _t, _zeros
 from .ops import Op
-from .tracing import _UNSET, Tracer, _build, _copy, _fail, _reduce, _reshape, _setitem, _transpose, _where
+from .tracing import _UNSET, Tracer, _build, _copy, _fail, _fail_index, _reduce, _reshape, _setitem, _transpose, _where
 
 
 def _expand_dims(a, axis):
@@ -349,47 +349,72 @@ def is_basic_key(key) -> bool:
     )
 
 
-def _expand_key(key, ndim: int):
-    """The key as a tuple with ``...`` expanded, ``None`` kept, bool masks turned into their
-    integer index arrays (one per axis they cover), lists into int arrays."""
+def _is_mask(k) -> bool:
+    return isinstance(k, np.ndarray) and k.dtype == np.bool_
+
+
+def _expand_key(key, shape: tuple):
+    """The key as a list of one item per axis of the result's making: ``...`` expanded (found by
+    identity, never ``==``), ``None`` kept, lists as int arrays, each bool mask turned into its
+    integer index arrays (one per axis it covers, after numpy's check of its shape)."""
+    ndim = len(shape)
     items = key if isinstance(key, tuple) else (key,)
     out = []
     for k in items:
         if isinstance(k, Tracer):
             raise _fail(
                 "indexing with a traced array (a data-dependent index or mask) is not "
-                "supported; index arrays must be known when tracing (use tapejit.where for a "
-                "mask that depends on the input)"
+                "supported: numpy would pick the elements its values name, so the result's "
+                "shape could depend on the input; index arrays must be known when tracing "
+                "(use tapejit.where for a mask that depends on the input)"
             )
         if isinstance(k, (list, np.ndarray)):
             arr = np.asarray(k)
-            if arr.dtype == np.bool_:
-                out.extend(np.nonzero(arr))
-                continue
-            if arr.size == 0:
+            if arr.dtype == np.bool_ and arr.ndim == 0:
+                raise _fail(
+                    "a boolean scalar index (x[True]) is not supported; numpy would add a unit "
+                    "axis (True) or an empty one (False): use None / np.newaxis"
+                )
+            if arr.size == 0 and arr.dtype != np.bool_:
                 arr = arr.astype(np.intp)
-            if arr.dtype.kind not in "iu":
+            if arr.dtype.kind not in "iub":
                 raise _fail(
                     f"arrays used as indices must be of integer (or boolean) type, got {arr.dtype}"
                 )
-            out.append(arr.astype(np.intp))
+            out.append(arr if arr.dtype == np.bool_ else arr.astype(np.intp))
         else:
             out.append(k)
-    used = sum(1 for k in out if k is not None and k is not Ellipsis)
-    if any(k is Ellipsis for k in out):
-        i = out.index(Ellipsis)
-        out = out[:i] + [slice(None)] * (ndim - used) + out[i + 1 :]
+    dots = [i for i, k in enumerate(out) if k is Ellipsis]
+    if len(dots) > 1:
+        raise _fail_index("an index can only have a single ellipsis ('...')")
+    used = sum(k.ndim if _is_mask(k) else 1 for k in out if k is not None and k is not Ellipsis)
     if used > ndim:
-        raise _fail(
+        raise _fail_index(
             f"too many indices for array: array is {ndim}-dimensional, but {used} were indexed"
         )
-    return out + [slice(None)] * (ndim - used)
+    fill = [slice(None)] * (ndim - used)
+    out = out[: dots[0]] + fill + out[dots[0] + 1 :] if dots else out + fill
+    expanded, ax = [], 0
+    for k in out:
+        if not _is_mask(k):
+            expanded.append(k)
+            ax += k is not None
+            continue
+        for j, (m, d) in enumerate(zip(k.shape, shape[ax:])):
+            if m != d:
+                raise _fail_index(
+                    f"boolean index did not match indexed array along axis {ax + j}; size of "
+                    f"axis is {d} but size of corresponding boolean axis is {m}"
+                )
+        expanded.extend(np.nonzero(k))
+        ax += k.ndim
+    return expanded
 
 
 def _index_plan(shape, key):
-    """For an advanced or None-bearing key: (broadcast index shape B or None, list of
-    (result position, basic key) for every element of B, result shape, positions)."""
-    items = _expand_key(key, len(shape))
+    """For an advanced or None-bearing key: (the expanded items, the (position, index array)
+    pairs, the array axis each item indexes (``None`` for a ``None`` item))."""
+    items = _expand_key(key, tuple(shape))
     arrays = [(i, k) for i, k in enumerate(items) if isinstance(k, np.ndarray)]
     axis_of = []
     ax = 0
@@ -397,11 +422,15 @@ def _index_plan(shape, key):
         axis_of.append(None if k is None else ax)
         if k is not None:
             ax += 1
-    for i, k in arrays:
-        d = shape[axis_of[i]]
-        if k.size and (k.max() >= d or k.min() < -d):
-            bad = k.max() if k.max() >= d else k.min()
-            raise _fail(f"index {bad} is out of bounds for axis {axis_of[i]} with size {d}")
+    for i, k in enumerate(items):
+        if isinstance(k, (int, np.integer, np.ndarray)) and not isinstance(k, bool):
+            d = shape[axis_of[i]]
+            k = np.asarray(k)
+            if k.size and (k.max() >= d or k.min() < -d):
+                bad = k.max() if k.max() >= d else k.min()
+                raise _fail_index(
+                    f"index {bad} is out of bounds for axis {axis_of[i]} with size {d}"
+                )
     return items, arrays, axis_of
 
 
@@ -410,6 +439,36 @@ def _advanced_positions(items, arrays) -> list[int]:
     counts ``x[3, :, [1, 2]]``'s 3 as advanced, so its indexed axes are not adjacent)."""
     ints = [i for i, k in enumerate(items) if isinstance(k, (int, np.integer))]
     return sorted({i for i, _ in arrays} | set(ints))
+
+
+def _placement(shape, items, arrays, axis_of):
+    """numpy's layout of an advanced index's result. The gather builds it index-first: the
+    broadcast index shape ``B``, then the sliced axes in key order. Returns ``(B, gathered shape,
+    perm, result shape)``: the result is the gathered array transposed by ``perm`` (``B`` moved
+    to where the indexed axes stood, when they are adjacent in the key — a ``None`` between them
+    separates them) and reshaped to insert the unit axes of the ``None`` items."""
+    B = np.broadcast_shapes(*(k.shape for _, k in arrays))
+    sliced = {
+        i: len(range(*k.indices(shape[axis_of[i]])))
+        for i, k in enumerate(items)
+        if isinstance(k, slice)
+    }
+    rest = tuple(sliced.values())
+    pos = _advanced_positions(items, arrays)
+    adjacent = pos == list(range(pos[0], pos[-1] + 1))
+    first = pos[0] if adjacent else 0
+    before = sum(1 for i in sliced if i < first)
+    nb, ns = len(B), len(rest)
+    perm = list(range(nb, nb + before)) + list(range(nb)) + list(range(nb + before, nb + ns))
+    out = []
+    for i, k in enumerate(items):
+        if i == first:
+            out.extend(B)
+        if k is None:
+            out.append(1)
+        elif i in sliced:
+            out.append(sliced[i])
+    return B, B + rest, perm, tuple(out)
 
 
 #: An index array of at least this many positions into the first axis reads through a table
@@ -438,8 +497,10 @@ def _take_rows(x: Tracer, items: list, arrays: list) -> Tracer | None:
 def advanced_getitem(x: Tracer, key) -> Tracer:
     """``x[key]`` for keys with ``None``, integer arrays or boolean masks (numpy's advanced
     indexing: the broadcast index arrays' shape replaces the indexed axes in place when they are
-    adjacent, else it comes first)."""
-    items, arrays, _ = _index_plan(x.shape, key)
+    adjacent in the key, else it comes first; see :func:`_placement`). Each element of the
+    broadcast index shape is one basic read; a long index array on the first axis is one
+    ``take`` (:func:`_take_rows`)."""
+    items, arrays, axis_of = _index_plan(x.shape, key)
     if not arrays:  # only None: basic indexing, then unit axes where the Nones stood
         basic = tuple(k for k in items if k is not None)
         r = x[basic] if basic else x
@@ -450,36 +511,23 @@ def advanced_getitem(x: Tracer, key) -> Tracer:
             elif not isinstance(k, (int, np.integer)):
                 shape.append(next(it))
         return _reshape(r, tuple(shape) + tuple(it))
-    if any(k is None for k in items):
-        raise _fail("None / np.newaxis together with integer-array indices is not supported")
     taken = _take_rows(x, items, arrays)
     if taken is not None:
         return taken
-    B = np.broadcast_shapes(*(k.shape for _, k in arrays))
+    B, gathered, perm, shape = _placement(x.shape, items, arrays, axis_of)
+    basic = [(i, k) for i, k in enumerate(items) if k is not None]
     bcast = {i: np.broadcast_to(k, B) for i, k in arrays}
-    pos = _advanced_positions(items, arrays)
-    adjacent = pos == list(range(pos[0], pos[-1] + 1))
-    rows = []
-    for b in np.ndindex(*B):
-        rows.append(x[tuple(int(bcast[i][b]) if i in bcast else k for i, k in enumerate(items))])
-    rest = (
-        rows[0].shape
-        if rows
-        else tuple(
-            len(range(*k.indices(d))) for k, d in zip(items, x.shape) if isinstance(k, slice)
-        )
-    )
+    rows = [
+        x[tuple(int(bcast[i][b]) if i in bcast else k for i, k in basic)] for b in np.ndindex(*B)
+    ]
     if rows:
         r = _stack(rows) if len(rows) > 1 else _expand_dims(rows[0], 0)
-        r = _reshape(r, B + rest)
+        r = _reshape(r, gathered)
     else:
-        r = Tracer(ops.const(0.0, B + rest, x.node.dtype), _UNSET, x.level)
-    if adjacent and pos[0] > 0:  # B goes where the indexed axes were
-        before = sum(1 for k in items[: pos[0]] if isinstance(k, slice))
-        nb = len(B)
-        perm = list(range(nb, nb + before)) + list(range(nb)) + list(range(nb + before, r.ndim))
+        r = Tracer(ops.const(0.0, gathered, x.node.dtype), _UNSET, x.level)
+    if perm != sorted(perm):
         r = _transpose(r, perm)
-    return r
+    return _reshape(r, shape)
 
 
 def advanced_setitem(y: Tracer, key, value) -> None:
@@ -498,46 +546,37 @@ def advanced_setitem(y: Tracer, key, value) -> None:
             )
         _setitem(y, Ellipsis, _where(mask, _reshape(v, ()), y))
         return
-    items, arrays, _ = _index_plan(y.shape, key)
-    if not arrays:  # only None: the value broadcasts to the result with its unit axes
-        basic = tuple(k for k in items if k is not None)
+    items, arrays, axis_of = _index_plan(y.shape, key)
+    basic = [(i, k) for i, k in enumerate(items) if k is not None]
+    if arrays:
+        B, gathered, perm, target = _placement(y.shape, items, arrays, axis_of)
+    else:  # only None: the value broadcasts to the result with its unit axes
         target = advanced_getitem(y, key).shape
-        v = _t(value)
-        try:
-            if np.broadcast_shapes(v.shape, target) != target:
-                raise ValueError
-        except ValueError:
-            raise _fail(
-                f"could not broadcast input array from shape {v.shape} into shape {target}"
-            ) from None
-        region = y[basic].shape if basic else y.shape
-        _setitem(y, basic if basic else Ellipsis, _reshape(_broadcast_to(v, target), region))
-        return
-    if any(k is None for k in items):
-        raise _fail("None / np.newaxis together with integer-array indices is not supported")
-    target = advanced_getitem(y, key)  # the shape numpy broadcasts the value to
     v = _t(value)
-    if np.broadcast_shapes(v.shape, target.shape) != target.shape:
+    vshape = v.shape
+    while len(vshape) > len(target) and vshape[0] == 1:  # numpy drops leading unit axes here
+        vshape = vshape[1:]
+    try:
+        if np.broadcast_shapes(vshape, target) != target:
+            raise ValueError
+    except ValueError:
         raise _fail(
-            f"shape mismatch: value array of shape {v.shape} could not be broadcast "
-            f"to indexing result of shape {target.shape}"
-        )
-    v = _broadcast_to(v, target.shape)
-    B = np.broadcast_shapes(*(k.shape for _, k in arrays))
+            f"shape mismatch: value array of shape {v.shape} could not be broadcast to "
+            f"indexing result of shape {target}"
+        ) from None
+    v = _broadcast_to(_reshape(v, vshape), target)
+    if not arrays:
+        keep = tuple(k for _, k in basic)
+        region = y[keep].shape if keep else y.shape
+        _setitem(y, keep if keep else Ellipsis, _reshape(v, region))
+        return
+    # back to the gathered layout: no None axes, B first
+    v = _reshape(v, tuple(gathered[p] for p in perm))
+    if perm != sorted(perm):
+        v = _transpose(v, list(np.argsort(perm)))
     bcast = {i: np.broadcast_to(k, B) for i, k in arrays}
-    pos = _advanced_positions(items, arrays)
-    adjacent = pos == list(range(pos[0], pos[-1] + 1))
-    before = sum(1 for k in items[: pos[0]] if isinstance(k, slice)) if adjacent else 0
-    nb = len(B)
-    if adjacent and before:  # bring B to the front, as the rows were gathered
-        perm = (
-            list(range(before, before + nb))
-            + list(range(before))
-            + list(range(before + nb, v.ndim))
-        )
-        v = _transpose(v, perm)
     for b in np.ndindex(*B):
-        _setitem(y, tuple(int(bcast[i][b]) if i in bcast else k for i, k in enumerate(items)), v[b])
+        _setitem(y, tuple(int(bcast[i][b]) if i in bcast else k for i, k in basic), v[b])
 
 
 def _take(a, indices, axis=None, out=None, mode="raise"):
@@ -559,19 +598,35 @@ def _take(a, indices, axis=None, out=None, mode="raise"):
 
 
 def _take_along_axis(arr, indices, axis):
+    """``np.take_along_axis``: ``arr[..., indices, ...]`` at ``axis`` with an ``arange`` of each
+    other axis of ``arr`` (numpy's ``_make_along_axis_idx``), so ``indices`` broadcasts against
+    ``arr`` on those axes (a unit axis on either side stretches)."""
     arr = _t(arr)
     idx = np.asarray(indices)
+    if idx.dtype.kind not in "iu":
+        raise _fail("`indices` must be an integer array")
     if axis is None:
+        if idx.ndim != 1:
+            raise _fail("when axis=None, `indices` must have a single dimension.")
         return advanced_getitem(_reshape(arr, (-1,)), (idx,))
     axis = _axis(axis, arr.ndim)
     if idx.ndim != arr.ndim:
         raise _fail("`indices` and `arr` must have the same number of dimensions")
-    shape = np.broadcast_shapes(
-        tuple(1 if i == axis else d for i, d in enumerate(idx.shape)),
-        tuple(1 if i == axis else d for i, d in enumerate(arr.shape)),
+    try:
+        np.broadcast_shapes(
+            tuple(1 if i == axis else d for i, d in enumerate(idx.shape)),
+            tuple(1 if i == axis else d for i, d in enumerate(arr.shape)),
+        )
+    except ValueError:
+        raise _fail(
+            f"take_along_axis: indices of shape {idx.shape} do not broadcast against an array "
+            f"of shape {arr.shape} outside axis {axis}"
+        ) from None
+    ones = (1,) * arr.ndim
+    key = tuple(
+        idx if i == axis else np.arange(d).reshape(ones[:i] + (d,) + ones[i + 1 :])
+        for i, d in enumerate(arr.shape)
     )
-    grids = np.ogrid[tuple(slice(0, d) for d in shape)]
-    key = tuple(idx if i == axis else grids[i] for i in range(arr.ndim))
     return advanced_getitem(arr, key)
 
 
