@@ -207,36 +207,23 @@ class Dispatcher:
             if type(r) is tuple:
                 return r
         with self._compiling():
-            v = self._compile(args, lenient=True)
-            self.lenient.insert(0, v)
-            del self.lenient[self.options.max_specialisations :]
-        r = v.run(args, out)
-        if type(r) is not tuple:
-            raise RuntimeError(f"{self.name}: a variant traced for this input failed its own guard")
+            r, v = self._settle(args, out, lenient=True)
+            if v is not None:
+                self.lenient.insert(0, v)
+                del self.lenient[self.options.max_specialisations :]
         return r
 
     def _compile_for(self, args: tuple, out: Any, where: str) -> tuple[float, Any]:
-        """Trace and compile a variant for ``args`` and call it. A comparison that sits at a
-        threshold can round one way in numpy (at trace time) and the other in native code (its
-        summation order differs): the new variant then fails its own guard on the very input it
-        was traced for. It is retraced with that guard's outcome *forced* to the native
-        decision, so tracing follows native code (at most once per guard)."""
-        v = self._new(args)
-        forced: dict[int, bool] = {}
-        while True:
-            r = v.run(args, out)
-            if type(r) is tuple:
-                break
-            k = r
-            if k in forced or not 0 < k <= len(v.guards):
-                raise RuntimeError(
-                    f"{self.name}: a variant traced for this input fails its own guard {k} "
-                    f"({v.guards[k - 1][2] if 0 < k <= len(v.guards) else '?'}) even when "
-                    "traced to follow the native decision there"
-                )
-            forced[k] = not v.guards[k - 1][1]
-            self._drop(v)
-            v = self._new(args, forced=dict(forced))
+        """Trace and compile a variant for ``args``, call it and make it the current one (see
+        :meth:`_settle`)."""
+        r, v = self._settle(args, out)
+        if v is None:
+            return r
+        self.variants.insert(0, v)
+        self.compiles += 1
+        for old in self.variants[self.options.max_specialisations :]:
+            old.link(None)
+        del self.variants[self.options.max_specialisations :]
         if self.compiles > self.options.max_specialisations and not self._warned:
             self._warned = True
             warnings.warn(
@@ -248,6 +235,47 @@ class Dispatcher:
             )
         self._promote(v)
         return r
+
+    def _settle(self, args: tuple, out: Any, lenient: bool = False) -> tuple[Any, Variant | None]:
+        """Trace and compile a variant for ``args`` and call it: ``(result, variant)``, the
+        variant ``None`` when it may answer this call only.
+
+        A comparison that sits at a threshold can round one way in numpy (at trace time) and
+        the other in native code (its summation order differs): the new variant then fails its
+        own guard on the very input it was traced for. It is retraced with that guard's outcome
+        *forced* to the native decision, so tracing follows native code. When that variant
+        decides the other way again (each compiled variant rounds the comparison its own way:
+        the input is at the threshold within rounding, where either branch is an answer), the
+        call is answered by a variant that follows numpy's decision there without checking it:
+        for this call only, never kept, since it would take that branch for any input. A
+        while_loop's max_steps check that fails is answered as such (a warning or an error)."""
+        forced: dict[int, bool] = {}
+        unchecked: set[int] = set()
+        while True:
+            v = self._compile(
+                args, forced=dict(forced), unchecked=set(unchecked), lenient=lenient
+            )
+            r = v.run(args, out)
+            if type(r) is tuple:
+                return r, (None if unchecked else v)
+            k = r
+            v.link(None)
+            if k in unchecked or not 0 < k <= len(v.guards):
+                raise RuntimeError(  # an internal error: an unchecked guard cannot fail
+                    f"{self.name}: a variant traced for this input fails its guard {k} "
+                    f"({v.guards[k - 1][2] if 0 < k <= len(v.guards) else '?'}), which it "
+                    "does not check; please report this"
+                )
+            where = v.guards[k - 1][2]
+            if dynamic_index.is_index_site(where):
+                raise dynamic_index.index_error(self.name, where)
+            if tracing.is_max_steps_site(where) and not lenient:
+                return self._max_steps_reached(where, args, out), None
+            if k in forced:
+                del forced[k]
+                unchecked.add(k)
+            else:
+                forced[k] = not v.guards[k - 1][1]
 
 
 def _user_level() -> int:

@@ -372,12 +372,14 @@ def compile_variant(
     capacity: dict[int, int] | None = None,
     forced: dict[int, bool] | None = None,
     lenient: bool = False,
+    unchecked: set[int] | None = None,
 ) -> Variant:
     """``f`` traced at ``args`` and compiled with ``options``.
 
     ``capacity``: rows each dynamic-length argument is compiled for (default: from the
     example); ``forced``: guard outcomes the trace follows instead of the example's (see
-    :func:`tapejit.tracing.trace`); ``lenient``: leave out ``while_loop`` max_steps checks.
+    :func:`tapejit.tracing.trace`); ``lenient``: leave out ``while_loop`` max_steps checks;
+    ``unchecked``: guard numbers followed but not checked (a variant for one input only).
     Raises :class:`tapejit.TracingError` when ``f`` cannot be traced.
     """
     if options.nargs is not None:  # a program's call also passes its tangents etc.
@@ -394,8 +396,9 @@ def compile_variant(
     with _cyclic_gc_paused(), Progress(name, wanted(options.progress)) as progress:
         outputs = "scalar" if mode in transforms.SCALAR_MODES else "any"
         trace = tracing.trace(
-            f, args, order, dynamic, forced, check_max_steps=not lenient, outputs=outputs
-        )
+            f, args, order, dynamic, forced, unchecked,
+            check_max_steps=not lenient, outputs=outputs,
+        )  # fmt: skip
         # Python element loops, unrolled by tracing, re-rolled into loop nodes, and sums over
         # 3-vectors as columns: part of the trace stage (printed, cache-keyed), so a cache hit
         # needs no pass after it
