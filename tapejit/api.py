@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from . import nested, tracing
 from .pipeline import STAGES
 from .runtime.dispatch import GuardError, GuardWarning, MaxStepsError, MaxStepsWarning
 from .runtime.function import GradientFunction
@@ -161,6 +162,15 @@ class _Lazy:
         )
 
     def __call__(self, *args: Any, out: Any = None):
+        if tracing.in_trace():  # inside a traced function: the gradient as IR of that trace
+            if out is not None:
+                raise tracing.TracingError(
+                    f"{tracing._user_site()}: out= is not supported for a gradient inside a "
+                    "traced function (it returns traced values)"
+                )
+            return nested.grad_in_trace(
+                self.fn, args, self.argnums, self.with_value, self.has_aux
+            )
         key = _signature_key(args)
         g = self.specialisations.get(key)
         if g is None:

@@ -157,7 +157,11 @@ class custom_vjp:
         name = getattr(self.fun, "__name__", "f")
         if self.fwd is None:
             raise TypeError(f"custom_vjp {name}: call {name}.defvjp(fwd, bwd) before using it")
-        result = self.fwd(*args)
+        _in_rule.active.add(id(self))  # fwd may call f itself (JAX's docs do): the plain f
+        try:
+            result = self.fwd(*args)
+        finally:
+            _in_rule.active.discard(id(self))
         if not isinstance(result, tuple) or len(result) != 2:
             raise TypeError(f"{name}'s fwd rule must return (out, residuals)")
         out, res = result

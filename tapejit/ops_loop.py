@@ -374,7 +374,9 @@ def _loop_vjp(g, out, *args):
     if v is None:
         raise RuleError(
             "op 'loop' has no VJP rule for this loop (a backward loop, or one built "
-            "without differentiation)"
+            "without differentiation): reverse mode over a loop's gradient — tapejit.grad "
+            "nested around a function with a loop — is not supported; for second derivatives "
+            "use tapejit.hessian or tapejit.hvp (forward over reverse), which are"
         )
     if spec.accumulate:
         raise RuleError("op 'loop' has no VJP rule for a loop that accumulates into its ys")

@@ -46,14 +46,31 @@ class _UnsupportedAttribute(TracingError, AttributeError):
     Also an ``AttributeError``, so ``hasattr``/``getattr(x, name, default)`` behave as before."""
 
 
+#: Libraries whose frames are not the user's: a message names the user's line that called them.
+_LIBRARIES = tuple(os.sep + name + os.sep for name in ("numpy", "scipy"))
+
+
+def _is_library(path: str) -> bool:
+    """Whether ``path`` (absolute) is tapejit's, numpy's or scipy's source."""
+    return path.startswith(_PKG_DIR + os.sep) or any(lib in path for lib in _LIBRARIES)
+
+
+def _frame_site(code, line: int) -> str:
+    return f"{code.co_filename}:{line} in {code.co_name}()"
+
+
 def _user_site() -> str:
-    """``file:line in function`` of the innermost frame outside tapejit (the user's code)."""
+    """``file:line in function`` of the innermost frame outside tapejit, numpy and scipy (the
+    user's code); when scipy's code was running, its innermost frame follows in parentheses."""
     frame = sys._getframe(1)
+    library = None
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
-        inside = path.startswith(_PKG_DIR + os.sep) or "numpy" + os.sep in path
-        if not inside and not frame.f_code.co_filename.startswith("<frozen"):
-            return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}()"
+        if not _is_library(path) and not frame.f_code.co_filename.startswith("<frozen"):
+            site = _frame_site(frame.f_code, frame.f_lineno)
+            return site + (f" (in {library})" if library else "")
+        if library is None and not path.startswith(_PKG_DIR + os.sep) and "scipy" in path:
+            library = f"scipy: {os.path.basename(path)}:{frame.f_lineno} in {frame.f_code.co_name}()"
         frame = frame.f_back
     return "<unknown location>"
 
@@ -63,9 +80,8 @@ def _site_of(tb) -> str:
     site = "<unknown location>"
     while tb is not None:
         code = tb.tb_frame.f_code
-        path = os.path.abspath(code.co_filename)
-        if not path.startswith(_PKG_DIR + os.sep) and "numpy" + os.sep not in path:
-            site = f"{code.co_filename}:{tb.tb_lineno} in {code.co_name}()"
+        if not _is_library(os.path.abspath(code.co_filename)):
+            site = _frame_site(code, tb.tb_lineno)
         tb = tb.tb_next
     return site
 
@@ -89,9 +105,26 @@ def _source_line() -> str:
 
     frame = sys._getframe(1)
     while frame is not None:
-        path = os.path.abspath(frame.f_code.co_filename)
-        if not path.startswith(_PKG_DIR + os.sep) and "numpy" + os.sep not in path:
+        if not _is_library(os.path.abspath(frame.f_code.co_filename)):
             return linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+        frame = frame.f_back
+    return ""
+
+
+def _scipy_caller() -> str:
+    """``scipy.<module>.<function>`` the user's code called, if scipy's code is running, else
+    ''."""
+    frame = sys._getframe(1)
+    called = ""
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not _is_library(path):
+            return called
+        name = frame.f_code.co_name
+        if os.sep + "scipy" + os.sep in path and not name.startswith(("_", "<", "wrap", "inner")):
+            module = frame.f_globals.get("__name__", "scipy")
+            public = ".".join(p for p in module.split(".") if not p.startswith("_"))
+            called = f"{public}.{frame.f_code.co_name}"
         frame = frame.f_back
     return ""
 
@@ -106,7 +139,14 @@ def _conversion_error(what: str, t: "Tracer") -> TracingError:
     import re
 
     m = re.search(r"\bmath\.(\w+)\s*\(", line)
-    if m:
+    scipy_fn = _scipy_caller()
+    if scipy_fn:
+        fix = (
+            f"{scipy_fn} converts its input to plain numbers inside scipy's code, so it cannot "
+            "run on traced values; write it with numpy (np.linalg.cholesky, np.linalg.solve, "
+            "np.linalg.det, ... trace) or give it a rule with tapejit.custom_jvp"
+        )
+    elif m:
         fix = (
             f"math.{m.group(1)}() converts its argument to a Python float, which drops the "
             f"derivative; use the numpy function instead (np.{m.group(1)})"
@@ -188,7 +228,7 @@ def _guard(cond: Node, expected: bool) -> bool:
     input and decided the other way (a comparison sitting at a threshold, where numpy's and the
     native code's summation orders round differently), so the trace follows the native decision."""
     st = _state()
-    if isinstance(st, BodyTrace):
+    if isinstance(st, BodyTrace) and not st.allows_guards:
         raise _fail(
             "Python control flow on a traced value inside a loop body (bool(), int(), float(), "
             "an index): the body runs once per iteration with different values, so it cannot "
@@ -200,6 +240,8 @@ def _guard(cond: Node, expected: bool) -> bool:
         total += ir.guard_size(c)
     st.counted = (len(st.guards), total)
     expected = st.forced.get(total + 1, bool(expected))
+    if total + 1 in st.unchecked:  # kept in place (the numbering), but never fails
+        cond = ops.const(expected, cond.shape, "bool")
     st.guards.append((cond, expected, _user_site()))
     return expected
 
@@ -220,6 +262,8 @@ class _Trace:
         self.dynamic: dict[int, tuple[Node, Tracer]] = {}
         #: guard number (1-based, as the native status) -> the outcome to follow (see _guard)
         self.forced: dict[int, bool] = {}
+        #: guard numbers whose outcome is followed but not checked (see Dispatcher._compile_for)
+        self.unchecked: set[int] = set()
         self.counted = (0, 0)  # (entries of guards, the guard numbers they take)
         #: the first conversion of a traced value that raised (see _conversion_error)
         self.conversion_error: TracingError | None = None
@@ -317,6 +361,9 @@ class BodyTrace(_Trace):
     the loop's fixed inputs (index, carries, per-iteration slices) followed by *params* — values
     of the enclosing trace that the body uses (closed-over tracers, captured arrays), lifted in
     as inputs the first time the body touches them."""
+
+    #: whether Python control flow on traced values may record guards (a loop body: no)
+    allows_guards = False
 
     def __init__(self, parent: _Trace, prefix: str):
         super().__init__()
@@ -835,6 +882,11 @@ class Tracer:
 # Lifting operands and building traced ops
 
 
+def in_trace() -> bool:
+    """Whether a trace is in progress on this thread (a transformation called now is nested)."""
+    return bool(_current.items)
+
+
 def _state() -> _Trace:
     if not _current:
         raise TracingError("tapejit tracer used outside of tracing")
@@ -1333,6 +1385,7 @@ def trace(
     argnums: Sequence[int],
     dynamic: dict[int, int] | None = None,
     forced: dict[int, bool] | None = None,
+    unchecked: set[int] | None = None,
     check_max_steps: bool = True,
     outputs: str = "scalar",
 ) -> Graph:
@@ -1344,7 +1397,9 @@ def trace(
     (after the arguments) carries the actual length; such an argument may only be scanned over
     (:func:`tapejit.scan`). ``forced`` maps a guard number (1-based, the native status of its
     failure) to the outcome the trace follows there instead of the example's: for a retrace
-    after native code decided a comparison the other way on the same input.
+    after native code decided a comparison the other way on the same input. ``unchecked``:
+    guard numbers whose outcome the trace follows but whose check it leaves out (a comparison
+    that numpy and each compiled variant round differently on this input).
     ``check_max_steps=False`` records no :func:`max_steps_check`. With ``outputs="scalar"``
     ``f`` must return a scalar (shape ``()``) float (a loss); with ``outputs="any"`` it may
     return an array, a number, or a tuple/list of them (the graph's outputs, in order: a
@@ -1355,14 +1410,15 @@ def trace(
     if name == "<lambda>":
         name = "lambda"
     dynamic = dynamic or {}
-    if any(isinstance(a, Tracer) for a in args):
+    if _current.items or any(isinstance(a, Tracer) for a in args):
         raise _fail(
-            f"{name} is being compiled (tapejit.compile / tapejit.grad) on traced values: "
-            "a gradient inside a traced function (higher-order differentiation) is not "
-            "supported yet; compute the inner derivative by hand, or differentiate only once"
+            f"{name} is being compiled (tapejit.compile, a transformation) inside a traced "
+            "function: only tapejit.grad and tapejit.value_and_grad can be nested (their result "
+            "is differentiated again, to any order); write the inner derivative with them"
         )
     st = _Trace()
     st.forced = dict(forced or {})
+    st.unchecked = set(unchecked or ())
     st.check_max_steps = check_max_steps
     tracers = []
     for i, a in enumerate(args):
@@ -1477,7 +1533,7 @@ def call_graph(g: Graph, *args: Any, guards: bool = True) -> list[Tracer]:
     nodes = ir.substitute(tuple(g.outputs) + tuple(conds), mapping)
     if conds:
         st = _state()
-        if isinstance(st, BodyTrace):
+        if isinstance(st, BodyTrace) and not st.allows_guards:
             raise _fail(f"{g.name} has guards (Python control flow) and cannot run in a loop body")
         for node, (_, expected, where) in zip(nodes[len(g.outputs) :], g.guards):
             st.guards.append((node, expected, where))

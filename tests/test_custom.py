@@ -115,3 +115,27 @@ def test_wrong_rules_get_clear_errors_naming_the_rule():
     b.defvjp(lambda x: (x, x), bad_bwd)
     with pytest.raises(tj.TracingError, match="b.bwd"):
         tj.compile(lambda x: np.sum(b(x)), np.ones(3), cache=False)
+
+
+@tj.custom_vjp
+def clip_gradient(x):
+    return np.sin(x)
+
+
+def _clip_fwd(x):
+    return clip_gradient(x), np.cos(x)  # calls the decorated function itself, as JAX's docs do
+
+
+def _clip_bwd(cos_x, g):
+    return (np.clip(g * cos_x, -0.5, 0.5),)
+
+
+clip_gradient.defvjp(_clip_fwd, _clip_bwd)
+
+
+def test_a_fwd_rule_may_call_the_decorated_function():
+    """Recursed until RecursionError: fwd's call of f re-entered the rule."""
+    x = np.array([0.1, 1.0, 2.0, 3.0])
+    value, grad = tj.value_and_grad(lambda x: np.sum(clip_gradient(x) * 2.0))(x)
+    assert value == pytest.approx(2.0 * np.sum(np.sin(x)), rel=1e-14)
+    np.testing.assert_allclose(grad, np.clip(2.0 * np.cos(x), -0.5, 0.5), rtol=1e-14)

@@ -21,15 +21,78 @@ from .. import loop_capture
 from .function import GradientFunction
 
 
-def optree():
-    """The optree module; ``ImportError`` naming the extra when it is not installed."""
+#: The optree namespace tapejit registers plain dataclasses in (see :class:`_Trees`).
+NAMESPACE = "tapejit"
+
+
+class _Trees:
+    """optree's functions, with standard-library dataclasses as pytree nodes: optree flattens
+    only the dataclasses made with ``optree.dataclasses``, so a plain ``@dataclasses.dataclass``
+    instance met in a tree is registered (in :data:`NAMESPACE`, its ``init`` fields as children,
+    rebuilt with the constructor) before the tree is flattened."""
+
+    def __init__(self, ot):
+        self._ot = ot
+        self._registered: set[type] = set()
+
+    def __getattr__(self, name: str):
+        return getattr(self._ot, name)
+
+    def _register(self, tree: Any, depth: int = 0) -> None:
+        import dataclasses
+
+        if depth > 100:
+            return
+        if isinstance(tree, (tuple, list)):
+            for x in tree:
+                self._register(x, depth + 1)
+        elif isinstance(tree, dict):
+            for x in tree.values():
+                self._register(x, depth + 1)
+        elif dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+            cls = type(tree)
+            names = tuple(f.name for f in dataclasses.fields(tree) if f.init)
+            if cls not in self._registered:
+                self._registered.add(cls)
+                try:
+                    self._ot.register_pytree_node(
+                        cls,
+                        lambda obj, names=names: (
+                            tuple(getattr(obj, n) for n in names), None, names
+                        ),
+                        lambda _, children, cls=cls, names=names: cls(**dict(zip(names, children))),
+                        path_entry_type=self._ot.GetAttrEntry,
+                        namespace=NAMESPACE,
+                    )
+                except ValueError:  # registered already (optree.dataclasses, or by the user)
+                    pass
+            for n in names:
+                self._register(getattr(tree, n), depth + 1)
+
+    def tree_flatten(self, tree: Any, *args: Any, **kw: Any):
+        self._register(tree)
+        return self._ot.tree_flatten(tree, *args, namespace=NAMESPACE, **kw)
+
+    def tree_flatten_with_path(self, tree: Any, *args: Any, **kw: Any):
+        self._register(tree)
+        return self._ot.tree_flatten_with_path(tree, *args, namespace=NAMESPACE, **kw)
+
+
+_trees: _Trees | None = None
+
+
+def optree() -> _Trees:
+    """optree (see :class:`_Trees`); ``ImportError`` naming the extra when it is not installed."""
+    global _trees
     try:
         import optree as ot
     except ImportError as e:
         raise ImportError(
             "pytree arguments and has_aux need optree: pip install 'tapejit[pytrees]'"
         ) from e
-    return ot
+    if _trees is None or _trees._ot is not ot:
+        _trees = _Trees(ot)
+    return _trees
 
 
 def is_array_like(a: Any) -> bool:
