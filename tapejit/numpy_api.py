@@ -72,6 +72,7 @@ from .np_math import (
     _where_fn,
 )
 from . import np_special as _sp
+from . import np_special as _sp
 from .np_reduce import (
     _average,
     _diff,
@@ -194,6 +195,14 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "poch": _sp.lifted(_sp._poch),
     "_zeta": _sp._zeta,
     "_riemann_zeta": _sp._riemann_zeta,
+    "i0": _sp.lifted(_sp._i0),
+    "i0e": _sp.lifted(_sp._i0e),
+    "i1": _sp.lifted(_sp._i1),
+    "i1e": _sp.lifted(_sp._i1e),
+    "gammainc": _sp._gammainc,
+    "gammaincc": _sp._gammaincc,
+    "exp1": _sp.lifted(_sp._exp1),
+    "expi": _sp.lifted(_sp._expi),
 }  # fmt: skip
 
 #: numpy ufunc methods other than ``__call__``: (ufunc name, method) -> implementation

@@ -75,6 +75,9 @@ POS = np.concatenate([np.logspace(-300, -1, 40), np.linspace(0.1, 5, 40), np.log
 X01 = np.concatenate([[0.0], np.logspace(-300, -1, 30), np.linspace(0.1, 0.9, 17),
                       1.0 - np.logspace(-1, -16, 16), [1.0]])  # fmt: skip
 
+BESSEL_X = np.concatenate([_signed_log(-300, 0, 20), np.linspace(-700, 700, 301), [713.9]])
+BESSEL_D = np.array([-30.0, -2.0, -1e-3, 0.0, 0.5, 3.0, 17.9, 18.1, 100.0])
+
 CASES = [
     ("xlogy", sc.xlogy, lambda x, y: x * mp.log(y) if x != 0 else mp.mpf(0),
      _grid([0.0, 1e-300, 0.3, 2.0, 1e10, -3.0], [1e-300, 0.5, 1.0, 3.0, 1e300]), 2,
@@ -114,11 +117,28 @@ CASES = [
     ("zeta", sc.zeta, mp.zeta,
      _grid([1.0001, 1.5, 2.0, 3.3, 10.0, 30.0, 60.0], [1e-3, 0.3, 1.0, 2.5, 40.0, 1e6]), 4,
      _grid([1.5, 3.3], [0.3, 2.5])),
+    ("i0", sc.i0, lambda x: mp.besseli(0, x), (BESSEL_X,), 4, (BESSEL_D,)),
+    ("i1", sc.i1, lambda x: mp.besseli(1, x), (BESSEL_X,), 4, (BESSEL_D,)),
+    ("i0e", sc.i0e, lambda x: mp.besseli(0, x) * mp.exp(-abs(x)),
+     (np.concatenate([BESSEL_X, [1e10, -1e100, 1e300]]),), 4, (BESSEL_D,)),
+    ("i1e", sc.i1e, lambda x: mp.besseli(1, x) * mp.exp(-abs(x)),
+     (np.concatenate([BESSEL_X, [1e10, -1e100, 1e300]]),), 4, (BESSEL_D,)),
+    ("gammainc", sc.gammainc, lambda a, x: mp.gammainc(a, 0, x, regularized=True),
+     _grid([0.05, 0.5, 1.0, 2.5, 10.0, 33.3, 50.0], np.concatenate([[0.0], np.logspace(-5, 2.3, 25)])),
+     1e-13 / EPS, _grid([0.5, 2.5, 10.0], [0.3, 2.0, 15.0])),
+    ("gammaincc", sc.gammaincc, lambda a, x: mp.gammainc(a, x, mp.inf, regularized=True),
+     _grid([0.05, 0.5, 1.0, 2.5, 10.0, 33.3, 50.0], np.concatenate([[0.0], np.logspace(-5, 2.3, 25)])),
+     1e-13 / EPS, _grid([0.5, 2.5, 10.0], [0.3, 2.0, 15.0])),
+    ("exp1", sc.exp1, lambda x: mp.e1(x) if x >= 0 else mp.nan, (np.concatenate([[0.0, -1.0], np.logspace(-300, 2.85, 200)]),), 8,
+     (np.array([1e-3, 0.7, 1.5, 1.6, 4.0, 30.0]),)),
+    ("expi", sc.expi, mp.ei, (np.concatenate([[0.0], -np.logspace(-300, 2.85, 100),
+                                               np.logspace(-300, -1, 30), np.linspace(0.5, 709, 200)]),), 8,
+     (np.array([-30.0, -1.0, -1e-3, 1e-3, 0.7, 1.5, 4.0, 39.0, 41.0, 300.0]),)),
 ]  # fmt: skip
 
 
 #: the arguments whose derivative is checked (default: all)
-DIFF_ARGS = {"zeta": (1,)}
+DIFF_ARGS = {"zeta": (1,), "gammainc": (1,), "gammaincc": (1,)}
 
 
 def _erfcx_ref(x):
@@ -188,8 +208,8 @@ def test_gradient_matches_central_differences_and_forward_mode(case):
     args = [np.asarray(a, float) for a in np.broadcast_arrays(*grid)]
     nums = DIFF_ARGS.get(name, tuple(range(len(args))))
     w = RNG.uniform(0.5, 1.5, args[0].shape)
-    fixed = dict(enumerate(args))
-    fk = lambda *xs: f(*[{**fixed, **dict(zip(nums, xs))}[i] for i in range(len(args))])  # noqa: E731
+    fixed, n = dict(enumerate(args)), len(args)
+    fk = lambda *xs: f(*[{**fixed, **dict(zip(nums, xs))}[i] for i in range(n)])  # noqa: E731
     loss = lambda *xs: np.sum(fk(*xs) * w)  # noqa: E731
     args = [args[i] for i in nums]
     value, grads = tj.value_and_grad(loss, argnums=tuple(range(len(args))))(*args)
