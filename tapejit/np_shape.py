@@ -361,6 +361,12 @@ def _expand_key(key, shape: tuple):
     items = key if isinstance(key, tuple) else (key,)
     out = []
     for k in items:
+        if isinstance(k, Tracer) and k.ndim == 0:
+            raise _fail(
+                "a traced position beside None or an index array is not supported (numpy "
+                "would read the element it names); index with it alone, then add the axes or "
+                "the array index: x[i][None], x[:, i][idx]"
+            )
         if isinstance(k, Tracer):
             raise _fail(
                 "indexing with a traced array (a data-dependent index or mask) is not "

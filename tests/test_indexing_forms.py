@@ -226,6 +226,13 @@ def test_regression_traced_index_array_is_refused_naming_the_line():
         tj.grad(lambda x: np.sum(x[E, x[0] > 0]))(np.ones((3, 4)))
 
 
+def test_traced_position_beside_none_is_refused_naming_the_line():
+    with pytest.raises(tj.TracingError, match=r"test_indexing_forms\.py:\d+.*x\[i\]\[None\]"):
+        tj.grad(lambda x: tj.fori_loop(0, 3, lambda i, acc: acc + np.sum(x[None, i]), 0.0))(
+            np.ones((3, 4))
+        )
+
+
 def test_take_along_axis_refuses_indices_that_do_not_broadcast():
     with pytest.raises(tj.TracingError, match=r"indices of shape \(2, 2\) do not broadcast"):
         tj.grad(lambda x: np.sum(np.take_along_axis(x, np.zeros((2, 2), int), 1)))(np.ones((3, 4)))
