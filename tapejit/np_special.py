@@ -125,11 +125,27 @@ def _user_site() -> str:
     return "<unknown location>"
 
 
+#: A fixed-length recurrence (Horner's rule, a series, a continued fraction) is written with a
+#: step of another form (the same IEEE result: negations are exact) every ``_BREAK`` steps, so
+#: that no run of 16 identical steps exists for the re-roll pass (tapejit/passes/reroll.py) to
+#: turn into a loop over whole arrays: unrolled, the steps fuse into one vectorised loop.
+_BREAK = 12
+
+
+def _broken(k: int) -> bool:
+    return k % _BREAK == _BREAK - 1
+
+
+def _step_add(acc, term, k: int):
+    """acc + term (as acc - (-term) on every ``_BREAK``-th step k)."""
+    return acc - (-term) if _broken(k) else acc + term
+
+
 def _horner(coefs, w):
     """sum coefs[k] w^(n-1-k) (highest power first)."""
     p = coefs[0]
-    for c in coefs[1:]:
-        p = c + p * w
+    for k, c in enumerate(coefs[1:]):
+        p = c - (-p) * w if _broken(k) else c + p * w
     return p
 
 
@@ -606,8 +622,11 @@ def _gamma_series(a, x):
     """sum_n x^n / ((a+1)...(a+n)), n < 80."""
     s, t = None, None
     for n in range(_GAMMAINC_TERMS):
-        t = 1.0 if t is None else t * x / (a + float(n - 1))
-        s = lift(1.0) if s is None else s + t
+        if t is None:
+            t, s = 1.0, lift(1.0)
+            continue
+        t = -((-t) * x) / (a + float(n - 1)) if _broken(n) else t * x / (a + float(n - 1))
+        s = _step_add(s, t, n)
     return s
 
 
@@ -615,7 +634,8 @@ def _gamma_fraction(a, x, terms: int = _GAMMAINC_TERMS):
     """The denominator of Legendre's continued fraction for Gamma(a, x) e^x x^-a."""
     f = x + float(2 * terms + 1) - a
     for k in range(terms - 1, -1, -1):
-        f = x + float(2 * k + 1) - a - float(k + 1) * (float(k + 1) - a) / f
+        r = float(k + 1) * (float(k + 1) - a)
+        f = x + float(2 * k + 1) - a + (r / -f if _broken(k) else -(r / f))
     return f
 
 

@@ -254,3 +254,13 @@ def test_derivative_with_respect_to_an_unsupported_argument_names_the_line():
         tj.value_and_grad(f, argnums=(0,))(np.array([2.0, 3.0]), q)
     assert f"test_scipy_special_more.py:{line}" in str(info.value)
     assert "with respect to s" in str(info.value)
+
+
+@pytest.mark.parametrize("f", [sc.i0, sc.expi, lambda x: sc.gammainc(2.5, x)], ids=["i0", "expi", "gammainc"])
+def test_series_stay_unrolled_and_fused(f):
+    """A 48-term Horner rule or an 80-step fraction must not be re-rolled into a loop over
+    whole arrays (it was: 210 MB of workspace and 30x scipy's time for i0 on 1e5 elements)."""
+    x = np.linspace(0.1, 30.0, 1000)
+    g = tj.compile(lambda a: np.sum(f(a)), x, cache=False)
+    assert g.stats["reroll"]["loops"] == 0
+    assert g.stats["workspace_bytes"] < 64 * x.nbytes
