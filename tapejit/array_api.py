@@ -36,6 +36,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .tracing import _PKG_DIR, Tracer, TracingError, _current, lift
+from .scipy_stats import traced_distributions
 
 # ----------------------------------------------------------------------------------------------
 # The namespace
@@ -341,7 +342,8 @@ def scipy_array_api() -> Iterator[None]:
                 _set(o, k, _on(k, old))
         _mode.depth += 1
     try:
-        yield
+        with traced_distributions():  # scipy.stats' methods on traced values (scipy_stats.py)
+            yield
     except (TracingError, TypeError, AttributeError) as e:
         recorded = _current[0].conversion_error if _current else None
         err = _scipy_error(e, recorded, bool(_mode.saved))

@@ -1,7 +1,7 @@
 """numpy's reductions and statistics as compositions: ``sum``/``max``/``min``/``mean`` with
 ``where=``/``initial=``, ``var``/``std``, ``prod`` (pairwise, so zeros need no division),
 ``cumsum``/``cumprod`` (Hillis–Steele doubling), ``diff``, ``average``, ``sort`` (a bitonic
-network), ``median``/``quantile``, the ``nan*`` reductions and ``logaddexp.reduce``."""
+network), ``median``/``quantile`` and ``logaddexp.reduce`` (the ``nan*`` ones are in :mod:`tapejit.np_nan`)."""
 
 from __future__ import annotations
 
@@ -238,14 +238,6 @@ def _quantile(a, q, axis=None, out=None, overwrite_input=False, method="linear",
         a, axis = _reshape(a, (-1,)), 0
     axis = _axis(axis, a.ndim)
     return _quantile_sorted(_sort(a, axis), q, axis)
-
-
-def _nan_reduce(name: str, fn, fill: float):
-    def reduce_(a, axis=None, *args, **kw):
-        x = _t(a)
-        return fn(_where(x != x, fill, x), axis, *args, **kw)
-
-    return reduce_
 
 
 def _logsumexp(a, axis=0, dtype=None, out=None, keepdims=False, **kw):

@@ -227,21 +227,6 @@ def _repeat(a, repeats, axis=None):
     )
 
 
-def _pad(array, pad_width, mode="constant", constant_values=0, **kw):
-    _no_kwargs("pad", kw)
-    if mode != "constant":
-        raise _fail(f"numpy.pad with mode={mode!r} is not supported (only 'constant')")
-    a = _t(array)
-    pw = np.broadcast_to(np.asarray(pad_width, dtype=int), (a.ndim, 2))
-    cv = np.broadcast_to(np.asarray(constant_values, dtype=float), (a.ndim, 2))
-    if np.any(cv != cv.flat[0]):
-        raise _fail("numpy.pad with different constant_values per side is not supported")
-    shape = tuple(int(d + lo + hi) for d, (lo, hi) in zip(a.shape, pw))
-    out = _like(float(cv.flat[0]), a, shape=shape)
-    _setitem(out, tuple(slice(int(lo), int(lo) + d) for d, (lo, _) in zip(a.shape, pw)), a)
-    return out
-
-
 def _rot90(m, k=1, axes=(0, 1)):
     m = _t(m)
     a0, a1 = (_axis(a, m.ndim) for a in axes)

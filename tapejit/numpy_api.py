@@ -82,7 +82,6 @@ from .np_reduce import (
     _mean_fn,
     _median,
     _min,
-    _nan_reduce,
     _partition,
     _prod,
     _quantile,
@@ -109,7 +108,6 @@ from .np_shape import (
     _linspace,
     _meshgrid,
     _moveaxis,
-    _pad,
     _repeat,
     _roll,
     _rollaxis,
@@ -129,6 +127,8 @@ from .np_shape import (
 )
 
 # the tracer's index and object-array hooks (tapejit/tracing.py looks them up here)
+from .np_at import ufunc_at
+from .np_float import _frexp, _ldexp
 from .np_assemble import from_objects as from_objects
 from .np_assemble import object_elements as object_elements
 from .np_assemble import shared_with_numpy as shared_with_numpy
@@ -165,6 +165,8 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "isfinite": lambda x: abs(_t(x)) < np.inf,
     "signbit": lambda x: _t(x) < 0.0,
     "conjugate": lambda x: _t(x),  # real values are their own conjugate
+    "ldexp": _ldexp,
+    "frexp": _frexp,
     # scipy.special's ufuncs (when scipy is installed; not a dependency)
     "expit": _expit,
     "log_expit": _log_expit,
@@ -215,6 +217,11 @@ UFUNC_METHODS: dict[tuple[str, str], Callable[..., Tracer]] = {
     ("add", "accumulate"): lambda a, axis=0, dtype=None, out=None: _no_out(out, "add.accumulate") or _scan(a, axis, Op.ADD, 0.0),
     ("multiply", "accumulate"): lambda a, axis=0, dtype=None, out=None: _no_out(out, "multiply.accumulate") or _scan(a, axis, Op.MUL, 1.0),
 }  # fmt: skip
+
+#: ``ufunc.at`` for every numpy ufunc above (tapejit/np_at.py)
+UFUNC_METHODS.update(
+    {(n, "at"): functools.partial(ufunc_at, n, fn) for n, fn in UFUNCS.items() if isinstance(getattr(np, n, None), np.ufunc)}
+)  # fmt: skip
 
 FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.sum: _sum,
@@ -288,7 +295,6 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.roll: _roll,
     np.tile: _tile,
     np.repeat: _repeat,
-    np.pad: _pad,
     np.take: _take,
     np.sort: _sort,
     np.rot90: _rot90,
@@ -299,10 +305,6 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.rollaxis: _rollaxis,
     np.quantile: _quantile,
     np.percentile: lambda a, q, axis=None, out=None, **kw: _quantile(a, np.asarray(q) / 100.0, axis, out, **kw),
-    np.nansum: _nan_reduce("nansum", _sum, 0.0),
-    np.nanprod: _nan_reduce("nanprod", _prod, 1.0),
-    np.nanmax: _nan_reduce("nanmax", _max, -np.inf),
-    np.nanmin: _nan_reduce("nanmin", _min, np.inf),
     np.ptp: lambda a, axis=None, out=None, keepdims=False: _max(a, axis, out, keepdims) - _min(a, axis, None, keepdims),
     np.real: lambda val: _t(val),
     np.imag: lambda val: _t(val) * 0.0,
@@ -321,9 +323,13 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
 from .numpy_linalg import FUNCTIONS as _LINALG  # noqa: E402  (it builds on the functions above)
 
 from .np_logic import FUNCTIONS as _LOGIC  # noqa: E402
+from .np_nan import FUNCTIONS as _NAN  # noqa: E402
+from .np_pad import FUNCTIONS as _PAD  # noqa: E402
 
 FUNCTIONS.update(_LINALG)
 FUNCTIONS.update(_LOGIC)
+FUNCTIONS.update(_NAN)
+FUNCTIONS.update(_PAD)
 
 
 def _function_name(fn: Callable) -> str:
