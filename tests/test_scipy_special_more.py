@@ -134,6 +134,9 @@ CASES = [
     ("expi", sc.expi, mp.ei, (np.concatenate([[0.0], -np.logspace(-300, 2.85, 100),
                                                np.logspace(-300, -1, 30), np.linspace(0.5, 709, 200)]),), 8,
      (np.array([-30.0, -1.0, -1e-3, 1e-3, 0.7, 1.5, 4.0, 39.0, 41.0, 300.0]),)),
+    ("erfinv", sc.erfinv, lambda x: mp.erfinv(x) if abs(x) <= 1 else mp.nan,
+     (np.concatenate([[-1.0, 1.0, 1.5], _signed_log(-300, 0, 40)[1:-1], np.linspace(-0.999, 0.999, 101),
+                      1.0 - np.logspace(-16, -1, 30)]),), 4, (np.array([-0.9, -1e-3, 0.0, 0.3, 0.99]),)),
 ]  # fmt: skip
 
 
