@@ -460,7 +460,7 @@ _poch = _rule(
 
 
 # ----------------------------------------------------------------------------------------------
-# Hurwitz zeta and polygamma
+# Hurwitz zeta
 
 # Euler-Maclaurin summation (DLMF 25.11.5 with the remainder of 2.10.1): zeta(s, q) =
 # sum_{k<N} (q+k)^-s + (q+N)^(1-s)/(s-1) + (q+N)^-s/2 + sum_{j=1}^{M} B_2j/(2j)! s(s+1)...
@@ -521,16 +521,6 @@ def _riemann_zeta(s):
     """scipy.special.zeta(s) (the ufunc ``_riemann_zeta``) for s > 1 (Hurwitz with q = 1; s < 1
     is not supported: NaN). Bound as :func:`_zeta`."""
     return _zeta_of(_t(s), lift(1.0))
-
-
-def _polygamma(n, x):
-    """psi^(n)(x) = (-1)^(n+1) n! zeta(n + 1, x) for integer n >= 1, digamma for n = 0
-    (DLMF 25.11.12), x > 0. scipy.special.polygamma itself converts with np.asarray and does
-    not trace; this is what the name ``polygamma`` maps to in tapejit's table."""
-    n, x = _t(n), _t(x)
-    fac = (1.0 - 2.0 * (n % 2.0)) * -1.0 * np.exp(_gammaln(n + 1.0))
-    z = _zeta_of(_where(n >= 1.0, n + 1.0, 2.0), x)
-    return _where(n == 0.0, _digamma(x), fac * z)
 
 
 # ----------------------------------------------------------------------------------------------
