@@ -72,7 +72,6 @@ from .np_math import (
     _where_fn,
 )
 from . import np_special as _sp
-from . import np_special as _sp
 from .np_reduce import (
     _average,
     _diff,
