@@ -1,7 +1,7 @@
 """The Lennard-Jones energy of N atoms written as Python loops — row by row (iteration i works
 on a slice of N-1-i rows: re-rolled into one sum over the triangle's rows,
-tapejit/passes/reroll_ragged.py), as a scalar double loop over pairs i < j (a nest captured while
-tracing: tapejit/loop_capture.py) and over all ordered pairs j != i (the cold-compile table) —
+tapejit/passes/reroll/ragged.py), as a scalar double loop over pairs i < j (a nest captured while
+tracing: tapejit/frontend/loops/loop_capture.py) and over all ordered pairs j != i (the cold-compile table) —
 tapejit against hand-written gradients.
 
     E = sum_{i<j} 4 (s_ij^2 - s_ij),   s_ij = 1 / r2_ij^3,   r2_ij = |x_j - x_i|^2

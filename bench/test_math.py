@@ -2,7 +2,7 @@
 
 Throughput: the tapejit gradient of ``sum(fn(x))`` (value and derivative of every element, in one
 native call) against numpy's ``np.fn(x, out=y)`` (value only), in ns per element, for the math
-functions tapejit lowers to libm or to its own vectorised code (``codegen/mathlib.py``). Each
+functions tapejit lowers to libm or to its own vectorised code (``codegen/mathlib/core.py``). Each
 gradient is first checked against the derivative written with numpy (rtol 1e-12, atol 1e-14 ×
 max |derivative|).
 
@@ -54,7 +54,7 @@ FUNCS = {
               lambda x: 0.7 / (0.49 + x * x),                                                 (-10, 10)),
     "pow":   (lambda x: x**2.5,      lambda x, out: np.power(x, 2.5, out=out),
               lambda x: 2.5 * x**1.5,                                                         (0.1, 10)),
-    # compositions of the primitives above (tapejit/np_math.py)
+    # compositions of the primitives above (tapejit/frontend/numpy/np_math.py)
     "hypot": (lambda x: np.hypot(x, 0.7), lambda x, out: np.hypot(x, 0.7, out=out),
               lambda x: x / np.hypot(x, 0.7),                                                 (-10, 10)),
 }  # fmt: skip

@@ -1,5 +1,5 @@
-"""Python element loops captured while tracing (tapejit/loop_capture.py) and re-rolled
-(tapejit/passes/reroll.py): the element-loop model of ``examples/element_loop.py`` and the
+"""Python element loops captured while tracing (tapejit/frontend/loops/loop_capture.py) and re-rolled
+(tapejit/passes/reroll/driver.py): the element-loop model of ``examples/element_loop.py`` and the
 preallocate-and-fill loop, at n = 100 / 1000 / 3000 (the element loop also at 10,000).
 
 * compile: a cold compile (``cache=False``) and the first call, as ``tj.compile`` does it
@@ -28,8 +28,8 @@ import pytest
 from benchutil import C_FLAGS, FAST_MATH, tag
 
 import tapejit as tj
-from tapejit import loop_source
-from tapejit.passes import reroll
+from tapejit.frontend.loops import loop_source
+from tapejit.passes.reroll import driver as reroll
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from element_loop import make_model, numpy_grad  # noqa: E402
@@ -156,7 +156,7 @@ def guarded_grad_numpy(x, out):
 @pytest.mark.parametrize("n", SIZES)
 def test_guarded_compile(benchmark, monkeypatch, n, rolled):
     """Every element on one side of the branch (the guards roll; mixed sides roll in
-    stretches of at least 16 elements, tapejit/passes/reroll_guards.py)."""
+    stretches of at least 16 elements, tapejit/passes/reroll/guards.py)."""
     if n > 1000 and not rolled:
         pytest.skip("seconds unrolled")
     monkeypatch.setattr(reroll, "ENABLED", rolled)

@@ -43,7 +43,7 @@ def test_dask_sweep(benchmark, where):
     distributed = pytest.importorskip("distributed")
     import dask.array as da
 
-    import tapejit.dask as tjd
+    import tapejit.tools.dask as tjd
 
     x = np.random.default_rng(0).random(100)
     g = tj.compile(eam, x)

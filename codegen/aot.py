@@ -2,7 +2,7 @@
 exported C entry point (``GradientFunction.export``; the files and the C contract are documented
 in :mod:`tapejit.runtime.export`).
 
-:func:`object_code` lowers a :class:`tapejit.ir.Program` with :func:`codegen.lower.lower` as an
+:func:`object_code` lowers a :class:`tapejit.core.ir.Program` with :func:`codegen.lower.lower` as an
 internal kernel and adds the one global function ``NAME``::
 
     int32_t NAME(const double *arg0, ..., [int64_t len0, ...,]
@@ -30,10 +30,10 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
-from tapejit.ir import Program
+from ..core.ir import Program
 
 from . import target
-from .lower import ELEM, F64, I8, I32, I64, counters_symbol, lower
+from .lower.driver import ELEM, F64, I8, I32, I64, counters_symbol, lower
 
 #: The wrapper's status when a dynamic length is outside ``[1, capacity]`` (guards are 1, 2 ...).
 BAD_LENGTH = -1

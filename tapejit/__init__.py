@@ -9,8 +9,8 @@ See README.md and the documentation site (docs/) for the pipeline; every stage p
 ``grad.ir(stage)``.
 """
 
-from .control import checkpoint, fori_loop, scan, while_loop
-from .custom import custom_jvp, custom_vjp, stop_gradient
+from .frontend.control import checkpoint, fori_loop, scan, while_loop
+from .frontend.custom import custom_jvp, custom_vjp, stop_gradient
 from .api import (
     STAGES,
     GradientFunction,
@@ -30,11 +30,11 @@ from .api import (
     value_and_grad,
     vjp,
 )
-from .ir import VerifyError
-from .ops import RuleError
+from .core.ir import VerifyError
+from .core.ops import RuleError
 from .runtime.export import ExportedGradient, SharedLibraryError
 from .runtime.pickling import GradientUnpicklingError
-from .tracing import TracingError, where
+from .frontend.tracing import TracingError, where
 from .vmap import vmap
 
 __version__ = "0.1.0"

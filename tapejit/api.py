@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import nested, tracing
+from .frontend import nested, tracing
 from .pipeline import STAGES
 from .runtime.dispatch import GuardError, GuardWarning, MaxStepsError, MaxStepsWarning
 from .runtime.function import GradientFunction
@@ -459,7 +459,7 @@ class _Jit:
         self.__wrapped__ = f
 
     def __call__(self, *args: Any) -> Any:
-        from .tracing import Tracer
+        from .frontend.tracing import Tracer
 
         if _any_tracer(args, Tracer):  # inside a traced function: jit is the identity there
             return self.fn(*args)
@@ -504,7 +504,7 @@ def _flat_args(args: tuple) -> tuple[list, Callable]:
 def _flat_function(f: Callable, unflatten: Callable, out_tree: list) -> Callable:
     """``f`` as a function of the flat argument leaves returning a tuple of output leaves; the
     structure of its output is left in ``out_tree[0]`` when it is traced."""
-    from . import loop_capture
+    from .frontend.loops import loop_capture
 
     def flat(*leaves):
         out = loop_capture.prepare(f)(*unflatten(leaves))  # the user's function (loops captured)

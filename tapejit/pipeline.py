@@ -25,15 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from . import autodiff, passes
+from .ad import autodiff
+from . import passes
 from .codegen import batch as _batch
 from .codegen import cache as _cache
 from .codegen import fastcall as _fastcall
 from .codegen.cache import ObjectCache, cache_key
 from .codegen.jit import CodeLibrary, embed_record
-from .codegen.lower import lower
-from .ir import Graph, Program, digest
-from .ops import Op
+from .codegen.lower.driver import lower
+from .core.ir import Graph, Program, digest
+from .core.ops import Op
 from .progress import Progress, log
 from .transforms import values_graph
 
@@ -273,7 +274,7 @@ def compiler_digest() -> str:
 
 def fingerprint(trace: Graph, tuple_result: bool, entries: bool) -> str:
     """What decides the compiled code of ``trace``: its structure — the name, each input's and
-    output's :func:`~tapejit.ir.digest` (a Merkle hash of the whole expression: ops, attributes,
+    output's :func:`~tapejit.core.ir.digest` (a Merkle hash of the whole expression: ops, attributes,
     types, inputs by position and name), the input kinds, the guards with their outcomes and
     source lines — the bytes of every captured constant, the result kind and which entries are
     built. Equal to hashing the printed trace, at ~1/10 of the cost for a large trace."""

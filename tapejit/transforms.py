@@ -1,10 +1,10 @@
 """Transformations as programs: JVP, VJP, Jacobians, Hessian-vector products, Hessians.
 
-Each transformation of a traced function ``g`` (a :class:`~tapejit.ir.Graph`: runtime inputs,
+Each transformation of a traced function ``g`` (a :class:`~tapejit.core.ir.Graph`: runtime inputs,
 captured constants, any number of f64 outputs) is a *program* — a graph of the runtime inputs
 (plus the tangents or cotangents the transformation takes) that returns arrays — built from the
-two sweeps on the IR: reverse mode (:func:`tapejit.autodiff.vjp_graph`) and forward mode
-(:func:`tapejit.forward.jvp_graph`). Programs go through the same passes and code generation as
+two sweeps on the IR: reverse mode (:func:`tapejit.ad.autodiff.vjp_graph`) and forward mode
+(:func:`tapejit.ad.forward.jvp_graph`). Programs go through the same passes and code generation as
 gradients (:func:`tapejit.pipeline.front` with :func:`values_graph`), so a Jacobian or a Hessian
 is one native function.
 
@@ -30,7 +30,7 @@ mode        runtime inputs                     outputs
 ==========  =================================  ================================================
 
 The basis sweeps are :func:`tapejit.scan` loops traced around an inlined copy of the one-vector
-program (:func:`tapejit.tracing.call_graph`); the basis vector is made in the loop body from the
+program (:func:`tapejit.frontend.tracing.call_graph`); the basis vector is made in the loop body from the
 iteration counter, so no identity matrix is stored. The guards of ``g`` (Python branches on traced
 values) are checked once, outside the loop.
 
@@ -45,8 +45,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import autodiff, ops, tracing
-from .ir import Graph, Node, Type, substitute
+from .ad import autodiff
+from .core import ops
+from .frontend import tracing
+from .core.ir import Graph, Node, Type, substitute
 
 #: The transformations :func:`program` builds (``grad`` is :func:`autodiff.vjp_graph` itself).
 MODES = ("grad", "grad_aux", "jvp", "vjp", "jacfwd", "jacrev", "hvp", "hessian", "value")
@@ -123,7 +125,7 @@ def vjp_program(g: Graph, order: Sequence[int]) -> Graph:
 def jvp_program(g: Graph) -> Graph:
     """Forward mode: inputs ``(*args, *tangents of the active args, consts)``, outputs ``(*ys,
     *their tangents)``."""
-    from .forward import jvp_graph
+    from .ad.forward import jvp_graph
 
     return jvp_graph(g)
 
@@ -213,7 +215,7 @@ def _basis_program(mode: str, g: Graph, order: tuple[int, ...], args: Sequence[A
 
 
 def _scan(body, n: int):
-    from .control import scan
+    from .frontend.control import scan
 
     return scan(body, 0.0, None, length=n)
 

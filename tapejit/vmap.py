@@ -17,8 +17,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import tracing
-from .control import _flatten, _unflatten, scan
+from .frontend import tracing
+from .frontend.control import _flatten, _unflatten, scan
 
 
 def _axes(in_axes: Any, n: int, name: str) -> tuple:

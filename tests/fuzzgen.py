@@ -100,7 +100,7 @@ CAPTURE_RANGES = ["range(len({a}) - 1)", "range(len({a}) - 1, -1, -1)", "range(0
 
 
 def _capture_loop(data, prog: "Program", a: str, sa: tuple) -> None:
-    """A Python element loop of the form that tracing captures (tapejit/loop_source.py): a
+    """A Python element loop of the form that tracing captures (tapejit/frontend/loops/loop_source.py): a
     straight-line body, the loop variable only in element reads; over the rows of a matrix,
     or the elements of a vector (the variable, raveled and repeated to at least 12 elements,
     so that the loop is long enough to be captured: loop_capture.MIN_TRIPS)."""
@@ -157,7 +157,7 @@ RAGGED_FORMS = {  # triangular loops: rows whose length moves with the loop vari
 
 
 def _ragged_loop(data, prog: "Program", a: str, sa: tuple) -> None:
-    """A triangular element loop (tapejit/passes/reroll_ragged.py) over the rows of a matrix
+    """A triangular element loop (tapejit/passes/reroll/ragged.py) over the rows of a matrix
     or the elements of a vector (repeated to at least 26 rows, so that it re-rolls: a pair
     loop's rows re-roll as sums while they have loop_capture.MIN_TRIPS pairs, and at least
     reroll.MIN_RUN such rows re-roll into one)."""
@@ -179,7 +179,7 @@ def _ragged_loop(data, prog: "Program", a: str, sa: tuple) -> None:
 
 
 def _graph_loop(data, prog: "Program", a: str, sa: tuple) -> None:
-    """A graph model's vertex loop (tapejit/passes/reroll_history.py): each vertex a small
+    """A graph model's vertex loop (tapejit/passes/reroll/history.py): each vertex a small
     layer on the previous vertex's output plus, where a constant table has one, an earlier
     vertex's output; the weights sliced out of one flat vector (``p[v*w : (v+1)*w]``). At
     least 24 vertices, so that the loop re-rolls (reroll.MIN_RUN)."""
@@ -273,7 +273,7 @@ def _statement(data, prog: Program) -> None:
                 n *= d
             prog.new((n,), f"{a}.reshape(-1)", "index")
         elif form == "gather":
-            # up to 12 positions, negative ones too: from 8 on, one take (tapejit/ops_table.py)
+            # up to 12 positions, negative ones too: from 8 on, one take (tapejit/core/ops_table.py)
             idx = data.draw(st.lists(st.integers(-d0, d0 - 1), min_size=1, max_size=12))
             prog.new((len(idx),) + sa[1:], f"{a}[{idx}]", "gather")
         else:

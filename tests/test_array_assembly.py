@@ -1,5 +1,5 @@
-"""Arrays that numpy builds out of traced arrays (tapejit/np_assemble.py) and numpy's truth
-tests on traced values (tapejit/np_logic.py).
+"""Arrays that numpy builds out of traced arrays (tapejit/frontend/numpy/np_assemble.py) and numpy's truth
+tests on traced values (tapejit/frontend/numpy/np_logic.py).
 
 Each case is plain numpy code, so numpy is its reference: the compiled value is compared with
 numpy's on random inputs and the gradient with float64 central differences in random
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import tracing
-from tapejit.np_assemble import MAX_ELEMENTS
+from tapejit.frontend import tracing
+from tapejit.frontend.numpy.np_assemble import MAX_ELEMENTS
 
 RNG = np.random.default_rng(11)
 C6 = RNG.standard_normal(6)  # a captured constant

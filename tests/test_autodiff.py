@@ -6,7 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tapejit import autodiff, interpret, passes, tracing
+from tapejit.ad import autodiff
+from tapejit.core import interpret
+from tapejit import passes
+from tapejit.frontend import tracing
 
 
 def _joint(f, *args, argnums=(0,)):
@@ -60,7 +63,7 @@ def test_comparisons_cut_activity():
 
 @pytest.mark.parametrize("n", [10, 200])
 def test_element_loop_adjoint_is_one_accumulator(n, monkeypatch):
-    from tapejit import loop_source
+    from tapejit.frontend.loops import loop_source
 
     monkeypatch.setattr(loop_source, "ENABLED", False)  # the unrolled loop's adjoint
 

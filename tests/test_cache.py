@@ -249,7 +249,7 @@ def test_cli_cache_info_and_clear(tmp_path):
     env = {**os.environ, "TAPEJIT_CACHE_DIR": str(tmp_path)}
     tj.compile(eam, RNG.random(5), cache=ObjectCache(tmp_path))
     run = lambda *a: subprocess.run(
-        [sys.executable, "-m", "tapejit.cli", "cache", *a],  # noqa: E731
+        [sys.executable, "-m", "tapejit.tools.cli", "cache", *a],  # noqa: E731
         env=env,
         capture_output=True,
         text=True,

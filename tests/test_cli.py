@@ -1,5 +1,5 @@
-"""The command line (tapejit/cli.py), run as a separate process the way a user runs it:
-``python -m tapejit.cli`` and the ``tapejit`` console script. Every stage of examples/eam.py:eam
+"""The command line (tapejit/tools/cli.py), run as a separate process the way a user runs it:
+``python -m tapejit.tools.cli`` and the ``tapejit`` console script. Every stage of examples/eam.py:eam
 prints something characteristic of that stage (the IR stages exactly what ``grad.ir(stage)``
 prints in-process for the same example input); ``--help`` lists the commands and stages;
 ``--format dot|svg|png`` draws the graph stages; ``stats`` prints a table (``--json``: JSON); the
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import cli
+from tapejit.tools import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 EAM = str(ROOT / "examples" / "eam.py")
@@ -29,7 +29,7 @@ SCRIPT = Path(sys.executable).with_name("tapejit")
 
 def run(*args: str, exe: list[str] | None = None) -> subprocess.CompletedProcess:
     """The CLI in a fresh process (inherits the test session's private TAPEJIT_CACHE_DIR)."""
-    cmd = (exe or [sys.executable, "-m", "tapejit.cli"]) + list(args)
+    cmd = (exe or [sys.executable, "-m", "tapejit.tools.cli"]) + list(args)
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=dict(os.environ)
     )
@@ -139,7 +139,7 @@ def test_console_script_entry_point():
     from importlib.metadata import entry_points
 
     (ep,) = entry_points(group="console_scripts", name="tapejit")
-    assert ep.value == "tapejit.cli:main" and ep.load() is cli.main
+    assert ep.value == "tapejit.tools.cli:main" and ep.load() is cli.main
 
 
 def test_closed_stdout_is_not_a_traceback():
@@ -148,7 +148,7 @@ def test_closed_stdout_is_not_a_traceback():
         [
             sys.executable,
             "-m",
-            "tapejit.cli",
+            "tapejit.tools.cli",
             "dump",
             TARGET,
             "--arg",
@@ -219,7 +219,7 @@ def test_failing_target(tmp_path, source, patterns):
 
 
 def test_ops_lists_every_primitive_with_its_accuracy():
-    from tapejit import ops
+    from tapejit.core import ops
 
     r = run("ops")
     assert r.returncode == 0, r.stderr
@@ -487,7 +487,7 @@ def test_graphviz_accepts_the_dot_text(loop_file, stage):
 
     target = f"{loop_file}:nested"
     x = np.random.default_rng(0).uniform(0.1, 1.0, (4,))
-    from tapejit import dot
+    from tapejit.tools import dot
 
     text = dot.to_dot(cli.front_end(cli.load_function(target), [x], (0,), upto=stage)[stage])
     assert graphviz.Source(text).pipe(format="svg").lstrip().startswith(b"<")
@@ -643,7 +643,7 @@ def test_asm_annotation_names_every_kernel(loop_file, model, shape):
     prog = _plan(target, shape)
     assert _kernel_mentions(comments) == _loop_kernels(prog)
     names = {}
-    from tapejit.ir import format_graph
+    from tapejit.core.ir import format_graph
 
     format_graph(prog.graph, names)
     for n in prog.graph.nodes:  # every loop body's program, one level down
@@ -657,7 +657,7 @@ def test_asm_annotation_names_every_kernel(loop_file, model, shape):
 def test_asm_annotation_of_shared_and_chunked_functions(loop_file, monkeypatch):
     """Kernel functions shared by identical kernels list them all; straight-line chunks say
     where in the plan they start (annotate_asm in-process, so lower.py can be patched)."""
-    import tapejit.codegen.lower as lower
+    import tapejit.codegen.lower.driver as lower
 
     target = f"{loop_file}:layers"
     x = np.random.default_rng(0).uniform(0.1, 1.0, (4,))
@@ -667,7 +667,7 @@ def test_asm_annotation_of_shared_and_chunked_functions(loop_file, monkeypatch):
     assert any(re.match(r"^# kernels 0, 2, 4, 6, 8, 10: matmul f64\[4\] \(own loop nest\)$", c)
                for c in comments), comments  # fmt: skip
     monkeypatch.setattr(lower, "CHUNK_NODES", 10)
-    from tapejit import loop_source
+    from tapejit.frontend.loops import loop_source
 
     monkeypatch.setattr(loop_source, "ENABLED", False)  # its element loop as straight-line code
     target = f"{loop_file}:scalars"

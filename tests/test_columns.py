@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, tracing
+from tapejit.ad import autodiff
+from tapejit.core import interpret
+from tapejit.frontend import tracing
 from tapejit.passes import columns
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))

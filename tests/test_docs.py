@@ -50,18 +50,18 @@ def test_readme_block_runs(k, capsys):
 
 
 def test_readme_lists_exactly_the_supported_numpy_names():
-    from tapejit import numpy_api
+    from tapejit.frontend.numpy import numpy_api
 
     text = README.read_text()
     block = text.split("<!-- supported:begin -->\n")[1].split("\n<!-- supported:end -->")[0]
     assert block == numpy_api.supported_markdown(), (
         "README's supported list is stale; regenerate it with "
-        "python -c 'import tapejit.numpy_api as m; print(m.supported_markdown())'"
+        "python -c 'import tapejit.frontend.numpy.numpy_api as m; print(m.supported_markdown())'"
     )
 
 
 def test_readme_lists_exactly_the_primitives():
-    from tapejit import cli
+    from tapejit.tools import cli
 
     text = README.read_text()
     block = text.split("<!-- primitives:begin -->\n")[1].split("\n<!-- primitives:end -->")[0]
@@ -136,7 +136,7 @@ LISTINGS = re.findall(
 
 
 def _dump(stage: str, capsys) -> str:
-    from tapejit import cli
+    from tapejit.tools import cli
 
     capsys.readouterr()
     argv = ["dump", str(ROOT / "examples" / "eam.py") + ":eam", "--arg", "f64[8]", "--stage", stage]

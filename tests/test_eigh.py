@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import numpy_linalg
+from tapejit.frontend.numpy import numpy_linalg
 from tapejit.codegen import blas
 
 pytestmark = pytest.mark.skipif(not blas.lapack_available(), reason="needs scipy's LAPACK")
@@ -113,7 +113,7 @@ def test_unbound_lapack_gives_nan_not_a_crash(monkeypatch):
 
 
 def test_larger_matrices_use_the_op_up_to_its_limit():
-    from tapejit import ops
+    from tapejit.core import ops
 
     n = ops.EIGH_MAX
     a = RNG.standard_normal((n, n))

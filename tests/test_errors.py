@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import tracing
+from tapejit.frontend import tracing
 
 RNG = np.random.default_rng(3)
 N = 10

@@ -21,9 +21,9 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from llvmlite import ir
-from tapejit.codegen import mathlib
+from tapejit.codegen.mathlib import core as mathlib
 
-from tapejit.ops import Op
+from tapejit.core.ops import Op
 from test_mathlib import Compiled
 
 mp = pytest.importorskip("mpmath")

@@ -1,4 +1,4 @@
-"""Forward mode (tapejit/forward.py and the JVP rules of tapejit/ops.py).
+"""Forward mode (tapejit/ad/forward.py and the JVP rules of tapejit/core/ops.py).
 
 * Every primitive's JVP, from the op table's case generators (tests/test_ops.py: one set of
   cases per group, so a new op is swept here too), against 4th-order central differences of
@@ -25,11 +25,14 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, forward, interpret, ops, passes, tracing
+from tapejit.ad import autodiff, forward
+from tapejit.core import interpret, ops
+from tapejit import passes
+from tapejit.frontend import tracing
 from tapejit.codegen import entry
 from tapejit.codegen.jit import CodeLibrary
-from tapejit.codegen.lower import lower
-from tapejit.ir import Graph, Type
+from tapejit.codegen.lower.driver import lower
+from tapejit.core.ir import Graph, Type
 
 from test_ops import CASES, Case  # the op table's case generators, by group
 

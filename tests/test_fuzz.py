@@ -3,7 +3,7 @@ its value against plain numpy (rel 1e-9), its gradient against float64 central d
 random directions (JAX's ``check_grads`` method: ``<grad, v>`` vs ``(f(x+hv) - f(x-hv)) / 2h``,
 rel 1e-5 + abs 1e-6 of the scale), at the example input and at a second input (which may take
 another branch of a guard: a recompile). Forward mode on the trace, by the interpreter, at the
-example input: the JVP (``tapejit.forward.jvp_graph``) against the same central difference,
+example input: the JVP (``tapejit.ad.forward.jvp_graph``) against the same central difference,
 and the Hessian-vector product (forward over reverse: ``jvp_graph(vjp_graph(trace))``) against
 central differences of the trace's gradient ``(g(x+hv) - g(x-hv)) / 2h`` (h = 1e-5: rel 1e-5
 + abs 1e-6 of the gradient's scale), unless the program sits on a kink there.
@@ -33,7 +33,9 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import tapejit as tj
-from tapejit import autodiff, forward, interpret, tracing
+from tapejit.ad import autodiff, forward
+from tapejit.core import interpret
+from tapejit.frontend import tracing
 
 LONG = int(os.environ.get("TAPEJIT_FUZZ_EXAMPLES", "0"))
 EXAMPLES = LONG or 150

@@ -1,4 +1,4 @@
-"""sinh and cosh (primitives, codegen/mathlib_hyp.py): within 2 ulp of mpmath over the whole
+"""sinh and cosh (primitives, codegen/mathlib/hyp.py): within 2 ulp of mpmath over the whole
 range — up to |x| = 710.47, where e^|x| overflows but numpy's result is finite — with their
 derivatives (each the other primitive, so cosh' does not cancel near 0), the sign of zero kept."""
 

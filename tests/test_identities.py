@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, tracing
+from tapejit.ad import autodiff
+from tapejit.core import interpret
+from tapejit.frontend import tracing
 from tapejit.passes import simplify
 
 SPECIAL = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 1.5, -2.0, 1e308, 5e-324, 1e200, 1e-200])

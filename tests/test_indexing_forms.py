@@ -1,5 +1,5 @@
-"""numpy's indexing forms beyond basic indexing (tapejit/np_shape.py ``advanced_getitem``,
-``advanced_setitem``, ``_take_along_axis``; tapejit/tracing.py ``_normalise_key``): ``None``
+"""numpy's indexing forms beyond basic indexing (tapejit/frontend/numpy/np_shape.py ``advanced_getitem``,
+``advanced_setitem``, ``_take_along_axis``; tapejit/frontend/tracing.py ``_normalise_key``): ``None``
 with ``...`` and integers, integer arrays and boolean masks mixed with ``...``, slices and
 ``None``, nested lists, negative indices, and ``np.take_along_axis`` with broadcasting indices.
 

@@ -1,5 +1,5 @@
 """In-place updates of traced arrays, numpy's view semantics, and conversions that would drop a
-derivative (README "In-place updates"; tapejit/views.py).
+derivative (README "In-place updates"; tapejit/frontend/views.py).
 
 Every model here is plain numpy code: run on numpy arrays it is its own reference. Each is checked
 three ways on random inputs: the compiled value against numpy's, the compiled gradient against
@@ -17,7 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapejit as tj
-from tapejit import autodiff, interpret, tracing
+from tapejit.ad import autodiff
+from tapejit.core import interpret
+from tapejit.frontend import tracing
 
 RNG = np.random.default_rng(12)
 

@@ -10,8 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from tapejit import ops, tracing
-from tapejit.ir import Graph, Node, Type, VerifyError, digest, format_graph, toposort, verify
+from tapejit.core import ops
+from tapejit.frontend import tracing
+from tapejit.core.ir import Graph, Node, Type, VerifyError, digest, format_graph, toposort, verify
 
 
 def _x(shape=(4,)):
@@ -33,7 +34,7 @@ def test_signed_zero_constants_stay_distinct():
 def test_intern_table_forgets_dead_nodes():
     """The table holds weak references and sweeps dead ones: compiling many models in one
     process must not keep every node ever built."""
-    from tapejit import ir
+    from tapejit.core import ir
 
     keep = ops.const(1.5)
     for i in range(300_000):
@@ -47,7 +48,7 @@ def test_intern_table_sweeps_while_other_threads_build_nodes(monkeypatch):
     inserting meanwhile. Nothing may raise, and live nodes stay interned."""
     import threading
 
-    from tapejit import ir
+    from tapejit.core import ir
 
     monkeypatch.setattr(ir, "_sweep_at", [64])
     monkeypatch.setattr(ir, "_sweep", _small_sweep(ir._sweep))
@@ -75,7 +76,7 @@ def _small_sweep(sweep):
     """``ir._sweep`` with a small next threshold, so the test sweeps often."""
 
     def small() -> None:
-        from tapejit import ir
+        from tapejit.core import ir
 
         sweep()
         ir._sweep_at[0] = len(ir._table) + 64
@@ -93,7 +94,7 @@ def test_commutative_operand_order_is_structural():
     assert ops.add(e, sn) is s
     assert digest(s.args[0]) < digest(s.args[1])
     code = (
-        "from tapejit import ops; from tapejit.ir import Node, Type, digest;"
+        "from tapejit import ops; from tapejit.core.ir import Node, Type, digest;"
         "x = Node('input', (), (0, 'x'), Type((4,), 'f64'));"
         "y = Node('input', (), (1, 'y'), Type((4,), 'f64'));"
         "s = ops.add(ops.elementwise('exp', x), ops.elementwise('sin', y));"

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import dynamic_index, ops
+from tapejit.frontend import dynamic_index
+from tapejit.core import ops
 
 H = 1e-6
 

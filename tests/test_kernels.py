@@ -1,4 +1,4 @@
-"""Length-polymorphic kernel functions (``codegen/lower.py``: ``Interface``, ``SHARE_MIN``).
+"""Length-polymorphic kernel functions (``codegen/lower/driver.py``: ``Interface``, ``SHARE_MIN``).
 
 A kernel function is keyed on the kernel's body, not on its sizes: kernels that differ only in
 their trip count, or in the offsets and strides at which they read their operands, share one
@@ -19,8 +19,11 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, passes, tracing
-from tapejit.codegen import lower as lowering
+from tapejit.ad import autodiff
+from tapejit.core import interpret
+from tapejit import passes
+from tapejit.frontend import tracing
+from tapejit.codegen.lower import driver as lowering
 from tapejit.passes.memplan import plan
 
 RNG = np.random.default_rng(20261124)
@@ -31,7 +34,7 @@ def unrolled(monkeypatch):
     """Re-rolling off: these are the kernels of loops compiled as traced (what a loop the
     re-rolling pass leaves alone compiles to; tests/test_reroll*.py test the re-rolled ones —
     the LJ rows form, for one, is re-rolled into one flat sum)."""
-    from tapejit.passes import reroll
+    from tapejit.passes.reroll import driver as reroll
 
     monkeypatch.setattr(reroll, "ENABLED", False)
 
@@ -354,7 +357,7 @@ def test_shared_functions_still_vectorise():
 def test_annotated_asm_names_the_kernels_of_a_shared_function(rows_as_blocks):
     """``tapejit dump --stage asm`` names every plan kernel, each under the one function that
     computes it: kernels of many lengths under their shared function."""
-    from tapejit import cli
+    from tapejit.tools import cli
 
     x = lattice(12)
     prog = cli.front_end(lj_rows, [x], (0,))["plan"]

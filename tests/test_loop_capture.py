@@ -1,4 +1,4 @@
-"""Python loops captured while tracing (tapejit/loop_source.py, tapejit/loop_capture.py): the
+"""Python loops captured while tracing (tapejit/frontend/loops/loop_source.py, tapejit/frontend/loops/loop_capture.py): the
 captured trace against the unrolled one (capturing off: values and gradients by the IR
 interpreter, the oracle), compiled gradients against central differences, which loops are
 captured and which are traced as written, and tracing that stops growing with the trip count."""
@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, loop_capture, loop_source, tracing
+from tapejit.ad import autodiff
+from tapejit.core import interpret
+from tapejit.frontend.loops import loop_capture, loop_source
+from tapejit.frontend import tracing
 
 RNG = np.random.default_rng(11)
 
@@ -365,7 +368,7 @@ def test_writes_not_captured():
 
 
 def test_off_with_the_reroll_pass(monkeypatch):
-    from tapejit.passes import reroll
+    from tapejit.passes.reroll import driver as reroll
 
     monkeypatch.setattr(reroll, "ENABLED", False)
     assert traced(neighbours, RNG.random(40)).captured == (0, 0)
@@ -399,7 +402,7 @@ def pairs(pos):
 
 
 def test_triangular_pair_loop():
-    """A nest (tapejit/loop_source.py ``_nest``, loop_capture.run_nest): the first
+    """A nest (tapejit/frontend/loops/loop_source.py ``_nest``, loop_capture.run_nest): the first
     ROWS_TRACED rows are traced, each capturing its inner loop; the other rows whose inner
     loop has at least MIN_TRIPS iterations are built as one sum over rows of different
     lengths; the rest (short rows) are traced."""

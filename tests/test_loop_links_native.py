@@ -1,4 +1,4 @@
-"""Native loops with links (:class:`tapejit.ops.History`, :class:`tapejit.ops.Accumulate`)
+"""Native loops with links (:class:`tapejit.core.ops.History`, :class:`tapejit.core.ops.Accumulate`)
 against the numpy reference (``ops._loop_ref``, through the interpreter).
 
 Loop nodes are built by hand, compiled by the whole pipeline (optimise, plan, lower, LLVM) and
@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from tapejit import interpret, ops, passes
-from tapejit.codegen.lower import lower
-from tapejit.ir import Graph, Node, Type
+from tapejit.core import interpret, ops
+from tapejit import passes
+from tapejit.codegen.lower.driver import lower
+from tapejit.core.ir import Graph, Node, Type
 from test_forward import run_native  # optimise, plan, lower, run once (NaN-filled buffers)
 
 rng = np.random.default_rng(7)

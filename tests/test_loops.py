@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import interpret
+from tapejit.core import interpret
 
 RNG = np.random.default_rng(11)
 

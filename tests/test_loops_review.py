@@ -815,7 +815,7 @@ def test_cli_dump_and_stats_on_a_loop_model(tmp_path):
         ["stats", f"{src}:model", "--arg", "f64[5]"],
     ):
         r = subprocess.run(
-            [sys.executable, "-m", "tapejit.cli", *cmd], capture_output=True, text=True, timeout=120
+            [sys.executable, "-m", "tapejit.tools.cli", *cmd], capture_output=True, text=True, timeout=120
         )
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip()

@@ -3,7 +3,7 @@
 Every function is compiled twice into one module, through the project's own target set-up
 (``codegen.target``: host TargetMachine, O3 with loop/SLP vectorisation): as a loop kernel
 ``void k_<op>(double *x, double *y, double *out, i64 n)`` calling ``mathlib.call(inline=True)``
-(the loop-body path of codegen/lower.py) and as scalar code ``double s_<op>(double x, double y)``
+(the loop-body path of codegen/lower/driver.py) and as scalar code ``double s_<op>(double x, double y)``
 calling ``mathlib.call(inline=False)`` (the straight-line path).
 
 Accuracy is measured on >= 10^6 points per range in two ways:
@@ -14,7 +14,7 @@ Accuracy is measured on >= 10^6 points per range in two ways:
   fractional error in ulps of the double result (the reference's own error is ~2^-11 ulp).
 
 The bounds in :data:`RANGES` are what the implementation guarantees (module docstring of
-codegen/mathlib.py); the measured maxima are a little below them.
+codegen/mathlib/core.py); the measured maxima are a little below them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import llvmlite.ir as ir
 import numpy as np
 import pytest
 
-from tapejit.codegen import mathlib, target
+from tapejit.codegen.mathlib import core as mathlib
+from tapejit.codegen import target
 
 F64 = ir.DoubleType()
 I64 = ir.IntType(64)
@@ -255,7 +256,7 @@ def _ranges():
         return _logu(rng, lo, hi, -1.0 if kind == "-log" else 1.0)
 
     # (op, label, sampler, max ulps vs numpy, max ulps vs long double): the contract each
-    # MATH row of codegen/mathlib.py states
+    # MATH row of codegen/mathlib/core.py states
     return [
         (op, label, sampler(op, label, kind, lo, hi), row.ulp, row.ulp_ld)
         for op, row in mathlib.MATH.items()

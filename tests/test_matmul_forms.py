@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import ops
+from tapejit.core import ops
 
 RNG = np.random.default_rng(11)
 
@@ -36,7 +36,7 @@ def test_length_one_contractions_match_numpy(sa, sb):
 
 
 def test_an_accumulated_outer_product_becomes_elementwise():
-    from tapejit.ir import Graph, Node, Type
+    from tapejit.core.ir import Graph, Node, Type
     from tapejit.passes.simplify import simplify
 
     a = Node("input", (), (0, "a"), Type((5, 1)))

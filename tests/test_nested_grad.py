@@ -1,5 +1,5 @@
 """Nested differentiation: ``tj.grad`` / ``tj.value_and_grad`` called inside a traced function
-build the inner gradient as IR, so the outer derivative differentiates it (tapejit/nested.py).
+build the inner gradient as IR, so the outer derivative differentiates it (tapejit/frontend/nested.py).
 References: hand-derived derivatives and float64 central differences."""
 
 from __future__ import annotations

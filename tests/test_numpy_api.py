@@ -1,4 +1,4 @@
-"""The numpy surface (tapejit/numpy_api.py): every function a case in one table, each checked on
+"""The numpy surface (tapejit/frontend/numpy/numpy_api.py): every function a case in one table, each checked on
 random inputs in its domain — the compiled value against numpy itself, the gradient against
 float64 central differences in random directions and against the IR interpreter.
 
@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, tracing
+from tapejit.ad import autodiff
+from tapejit.core import interpret
+from tapejit.frontend import tracing
 
 W = np.random.default_rng(5).standard_normal((4, 4))  # a fixed weight to make outputs scalar
 
@@ -418,7 +420,7 @@ def test_fmod_and_mod_divisor_cotangent_where_the_quotient_rounds_low():
 def test_pinv_of_a_rank_deficient_matrix_without_scipy_is_a_clear_error(monkeypatch):
     """Its derivative needs an SVD (tests/test_svd.py), which needs scipy's LAPACK: without it
     refused at compile time and, through a guard, at run time."""
-    from tapejit import numpy_linalg
+    from tapejit.frontend.numpy import numpy_linalg
 
     monkeypatch.setattr(numpy_linalg, "_gesdd_available", lambda: False)
     x = np.random.default_rng(3).standard_normal((3, 4))

@@ -1,5 +1,5 @@
 """numpy/scipy functions added for issue 29 (part 4): the NaN-ignoring statistics
-(tapejit/np_nan.py), ``ufunc.at`` (np_at.py), ``frexp``/``ldexp`` (np_float.py), ``np.pad``'s
+(tapejit/frontend/numpy/np_nan.py), ``ufunc.at`` (np_at.py), ``frexp``/``ldexp`` (np_float.py), ``np.pad``'s
 modes (np_pad.py) and scipy.stats' distributions (scipy_stats.py).
 
 Every case is compiled to native code (``tapejit.compile``, ``value_and_grad``/``jvp``); its

@@ -1,7 +1,7 @@
 """Sweep the whole op table: every primitive's VJP against float64 central differences in random
 directions, and the native code against the numpy interpreter.
 
-Cases are generated from the op *groups*, so a new op in ``tapejit/ops.py`` is picked up here
+Cases are generated from the op *groups*, so a new op in ``tapejit/core/ops.py`` is picked up here
 without touching this file (the coverage test fails if a group has no case generator).
 
 Tolerances: the VJP check compares <grad, v> with a 4th-order central difference of f(x + t v) at
@@ -15,9 +15,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tapejit import autodiff, interpret, ops
+from tapejit.ad import autodiff
+from tapejit.core import interpret, ops
 from tapejit.runtime.variant import compile_graph
-from tapejit.ir import Graph, Node, Type
+from tapejit.core.ir import Graph, Node, Type
 
 SHAPE = (3, 4)
 rng = np.random.default_rng(1234)
@@ -257,7 +258,7 @@ def _cases(op) -> list[Case]:
             Case(op, [(4,), (6, 4), (6, 4), (4,)],
                  lambda c, x, f, p: _loop_case_history(c, x, f, p, True), "[history, checkpointed]"),
         ]
-    if op == "custom":  # a hand-given rule, built by tapejit.custom: tests/test_custom.py
+    if op == "custom":  # a hand-given rule, built by tapejit.frontend.custom: tests/test_custom.py
         return []
     raise AssertionError(f"no case generator for op {op}")
 
@@ -315,7 +316,7 @@ def _loop_case_scalar(c0, p):
 
 def _loop_case_history(c0, xs, fallback, p, checkpointed=False):
     """A graph model's vertex loop: ``s = c + h_t``, ``c' = tanh(s * p + x_t)``, ``y_t = c'``,
-    where ``h_t`` is the output of an earlier iteration (:class:`tapejit.ops.History`) or,
+    where ``h_t`` is the output of an earlier iteration (:class:`tapejit.core.ops.History`) or,
     for rows -1, row t of ``fallback``; the loss sees the final carry and every output."""
     i, c, x, h, q = _body_inputs((), (4,), (4,), (4,), (4,))
     c2 = ops.elementwise("tanh", ops.add(ops.mul(ops.add(c, h), q), x))

@@ -15,9 +15,12 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit.codegen.lower import CHUNK_NODES
-from tapejit import autodiff, interpret, ops, passes, tracing
-from tapejit.ir import Graph, Node, Type, digest
+from tapejit.codegen.lower.driver import CHUNK_NODES
+from tapejit.ad import autodiff
+from tapejit.core import interpret, ops
+from tapejit import passes
+from tapejit.frontend import tracing
+from tapejit.core.ir import Graph, Node, Type, digest
 from tapejit.passes import cleanup
 from tapejit.passes import simplify as simplify_mod
 from tapejit.passes.memplan import plan
@@ -230,7 +233,7 @@ RULE_CASES = {
             lambda g: "scatter" not in _ops_in(g),
         ),
     ],
-    "custom": [  # a hand-given rule's node (tapejit.custom) is its first operand
+    "custom": [  # a hand-given rule's node (tapejit.frontend.custom) is its first operand
         (
             lambda x: mk("custom", mk("exp", x), x, attrs=("rule",)),
             [S],
@@ -607,8 +610,8 @@ def test_long_straight_line_code_is_split_into_bounded_functions(monkeypatch):
     instructions; in one function the model at 180 elements would be ~14,000 lines). The
     element loop is kept unrolled here (re-rolling, or capturing it while tracing, would
     turn it into one loop)."""
-    from tapejit import loop_source
-    from tapejit.passes import reroll
+    from tapejit.frontend.loops import loop_source
+    from tapejit.passes.reroll import driver as reroll
 
     monkeypatch.setattr(reroll, "ENABLED", False)
     monkeypatch.setattr(loop_source, "ENABLED", False)
@@ -635,8 +638,8 @@ def test_glue_chunks_are_not_optimised_scalar_chunks_are(monkeypatch):
     are optimised; the entry function always is. Gradients are right either way."""
     import re
 
-    from tapejit import loop_source
-    from tapejit.passes import reroll
+    from tapejit.frontend.loops import loop_source
+    from tapejit.passes.reroll import driver as reroll
 
     def optnone(g) -> tuple[int, int]:
         heads = re.findall(r"^define [^\n]*@\"?([\w.]+)\"?\(([^\n]*)$", g.ir("llvm"), re.M)
@@ -739,13 +742,13 @@ def test_chunk_boundaries_everywhere(monkeypatch, k):
     store, reload, tail call, guard status through the chain); values, gradients and batches
     must not change. (Within rounding, not bit for bit: a reduction's ``reassoc`` lets LLVM
     order its sum differently when the code around it differs.)"""
-    import tapejit.codegen.lower
-    from tapejit import loop_source
+    import tapejit.codegen.lower.driver
+    from tapejit.frontend.loops import loop_source
 
     monkeypatch.setattr(loop_source, "ENABLED", False)  # the element loop as straight-line code
     f, x = _tiny_chunk_models()[k]
     plain = tj.compile(f, x, cache=False)
-    monkeypatch.setattr(tapejit.codegen.lower, "CHUNK_NODES", 3)
+    monkeypatch.setattr(tapejit.codegen.lower.driver, "CHUNK_NODES", 3)
     chunked = tj.compile(f, x, cache=False, on_guard_failure="raise")
     assert chunked.ir("llvm").count(f'@"tj_{chunked.name}.c') >= 2
     v0, g0 = plain.value_and_grad(x)

@@ -418,7 +418,7 @@ def test_spawned_pool_and_process_pool_executor():
 
 def test_dask_sweep_on_a_local_cluster_ships_the_gradient_once_per_worker():
     distributed = pytest.importorskip("distributed")
-    import tapejit.dask as tjd
+    import tapejit.tools.dask as tjd
 
     def model(x):  # a closure: travels by value (cloudpickle), not by module reference
         return eam(x) + 0.5 * np.sum(x * x)

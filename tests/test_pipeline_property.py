@@ -14,9 +14,11 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tapejit import autodiff, interpret, ops, passes
+from tapejit.ad import autodiff
+from tapejit.core import interpret, ops
+from tapejit import passes
 from tapejit.runtime.variant import compile_graph
-from tapejit.ir import Graph, Node, Type
+from tapejit.core.ir import Graph, Node, Type
 
 c = ops.const
 

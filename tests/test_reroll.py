@@ -1,4 +1,4 @@
-"""Re-rolling unrolled Python element loops (tapejit/passes/reroll.py): the re-rolled trace
+"""Re-rolling unrolled Python element loops (tapejit/passes/reroll/driver.py): the re-rolled trace
 against the unrolled one (values and gradients by the IR interpreter, the oracle), compiled
 gradients against central differences, which loop shapes are re-rolled and which are left
 unrolled, and compiled code that stops growing with the trip count."""
@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, loop_source, tracing
-from tapejit.ops import Op
-from tapejit.passes import reroll as rr
+from tapejit.ad import autodiff
+from tapejit.core import interpret
+from tapejit.frontend.loops import loop_source
+from tapejit.frontend import tracing
+from tapejit.core.ops import Op
+from tapejit.passes.reroll import driver as rr
 
 RNG = np.random.default_rng(5)
 
@@ -519,7 +522,7 @@ def test_triangular_pair_loop_inner_loops_rerolled():
     stats = against_unrolled(triangle, RNG.random((n, 2)))
     inner = [n - 1 - i for i in range(n) if n - 1 - i >= rr.MIN_SHORT_RUN]
     # with sums as reductions the rows' sums are then one flat sum over the triangle
-    # (tapejit/passes/reroll_ragged.py): one more loop, of the rows it sums
+    # (tapejit/passes/reroll/ragged.py): one more loop, of the rows it sums
     outer = [n - 1 - i for i in range(n) if n - 1 - i >= rr.MIN_RUN]
     ragged = stats["loops"] - len(inner)
     assert ragged == (1 if rr.REDUCE else 0), stats

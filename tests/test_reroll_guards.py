@@ -1,4 +1,4 @@
-"""A Python loop's guards re-rolled (tapejit/passes/reroll_guards.py): a run of per-iteration
+"""A Python loop's guards re-rolled (tapejit/passes/reroll/guards.py): a run of per-iteration
 guards becomes one vector guard whose elements keep the unrolled guards' numbers, so the loop
 re-rolls; the re-rolled trace against the unrolled one (interpreter), compiled gradients
 against central differences, failures reporting the guard the unrolled code reports, a retrace
@@ -10,9 +10,12 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, ir, loop_source, tracing
-from tapejit.passes import reroll as rr
-from tapejit.passes import reroll_guards as rg
+from tapejit.ad import autodiff
+from tapejit.core import interpret, ir
+from tapejit.frontend.loops import loop_source
+from tapejit.frontend import tracing
+from tapejit.passes.reroll import driver as rr
+from tapejit.passes.reroll import guards as rg
 
 RNG = np.random.default_rng(11)
 

@@ -1,4 +1,4 @@
-"""Re-rolling graph models (tapejit/passes/reroll_history.py): vertex loops whose iterations read
+"""Re-rolling graph models (tapejit/passes/reroll/history.py): vertex loops whose iterations read
 earlier iterations' outputs (``outs[parent[v]]``), some iterations only (a Python ``if`` on a
 constant table), and block reads whose start moves (``params[v*P : v*P + n]``). Each model is
 checked re-rolled against its unrolled trace (values and gradients by the IR interpreter, the
@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import forward, interpret, loop_source, tracing
-from tapejit.ops import Op
-from tapejit.passes import reroll as rr
+from tapejit.ad import forward
+from tapejit.core import interpret
+from tapejit.frontend.loops import loop_source
+from tapejit.frontend import tracing
+from tapejit.core.ops import Op
+from tapejit.passes.reroll import driver as rr
 from test_reroll import against_unrolled as check  # trace vs re-rolled, compiled vs differences
 
 RNG = np.random.default_rng(11)

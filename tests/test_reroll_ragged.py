@@ -1,5 +1,5 @@
-"""Rows of different lengths (tapejit/ops_window.py, codegen/lower_window.py,
-tapejit/passes/reroll_ragged.py): the ``window`` and ``window_add`` primitives against their
+"""Rows of different lengths (tapejit/core/ops_window.py, codegen/lower/window.py,
+tapejit/passes/reroll/ragged.py): the ``window`` and ``window_add`` primitives against their
 numpy references, natively and as each other's adjoint; triangular element loops (the
 Lennard-Jones rows and pair-loop forms, growing rows, sliding windows, per-row factors, sums
 over the ragged axis) re-rolled into one flat computation — against the unrolled trace
@@ -15,11 +15,14 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, ir, loop_source, ops, tracing
-from tapejit.ir import Graph, Type
-from tapejit.ops import Op
-from tapejit.ops_window import layout_size, positions, window, window_add
-from tapejit.passes import reroll as rr
+from tapejit.ad import autodiff
+from tapejit.core import interpret, ir, ops
+from tapejit.frontend.loops import loop_source
+from tapejit.frontend import tracing
+from tapejit.core.ir import Graph, Type
+from tapejit.core.ops import Op
+from tapejit.core.ops_window import layout_size, positions, window, window_add
+from tapejit.passes.reroll import driver as rr
 from tapejit.runtime.variant import compile_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))

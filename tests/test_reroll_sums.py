@@ -1,5 +1,5 @@
 """Sums whose iterations take different branches, re-rolled by grouping their terms by shape
-(tapejit/passes/reroll_sums.py): relu of mixed signs, a pair potential with a cutoff, a
+(tapejit/passes/reroll/sums.py): relu of mixed signs, a pair potential with a cutoff, a
 two-branch constitutive law — against the unrolled trace (interpreter), compiled against
 numpy or central differences, their guards still checking every branch; and sums that must
 not be grouped."""
@@ -10,11 +10,14 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, loop_source, tracing
-from tapejit.ops import Op
-from tapejit.passes import reroll as rr
-from tapejit.passes import reroll_sums as rs
-from tapejit.passes.reroll_match import _chains
+from tapejit.ad import autodiff
+from tapejit.core import interpret
+from tapejit.frontend.loops import loop_source
+from tapejit.frontend import tracing
+from tapejit.core.ops import Op
+from tapejit.passes.reroll import driver as rr
+from tapejit.passes.reroll import sums as rs
+from tapejit.passes.reroll.match import _chains
 
 RNG = np.random.default_rng(44)
 

@@ -1,5 +1,5 @@
-"""Re-rolled loops that read and add through tables of positions (tapejit/passes/reroll_match.py
-``_tabled``, tapejit/passes/reroll.py ``_read_sequence``): element loops over a numpy index
+"""Re-rolled loops that read and add through tables of positions (tapejit/passes/reroll/match.py
+``_tabled``, tapejit/passes/reroll/driver.py ``_read_sequence``): element loops over a numpy index
 table — gathers ``x[idx[e]]``, element assembly by connectivity ``f[conn[e, 0]] -= t`` — as one
 loop reading rows with ``take`` and adding with ``add_at``. Against the unrolled trace (the
 interpreter: values, gradients), compiled against central differences, and the compiled code
@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import autodiff, interpret, loop_source, tracing
-from tapejit.ops import Op
-from tapejit.passes import reroll as rr
+from tapejit.ad import autodiff
+from tapejit.core import interpret
+from tapejit.frontend.loops import loop_source
+from tapejit.frontend import tracing
+from tapejit.core.ops import Op
+from tapejit.passes.reroll import driver as rr
 
 RNG = np.random.default_rng(33)
 

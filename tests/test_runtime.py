@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import pipeline, progress, tracing
+from tapejit import pipeline, progress
+from tapejit.frontend import tracing
 from tapejit.codegen.cache import decode_entry, encode_entry, text
 from tapejit.runtime.variant import compile_graph
 

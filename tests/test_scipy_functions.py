@@ -1,5 +1,5 @@
 """scipy functions written in Python on traced values (through the array API namespace of
-:mod:`tapejit.array_api` and scipy's array-API mode, which tracing turns on and off): the
+:mod:`tapejit.frontend.numpy.array_api` and scipy's array-API mode, which tracing turns on and off): the
 compiled gradient against float64 central differences in random directions, the value against
 scipy itself; the functions that do not trace yet raise a ``TracingError`` naming the user's
 line; scipy's switch is restored after every trace, also a failed one."""
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import array_api
+from tapejit.frontend.numpy import array_api
 
 sp = pytest.importorskip("scipy.special")
 st = pytest.importorskip("scipy.stats")
@@ -24,7 +24,7 @@ THIS_FILE = "test_scipy_functions.py"
 W = RNG.random((3, 4))  # weights that make a loss of an array-valued function
 
 #: multigammaln converts its arguments with np.asarray (scipy.stats' distributions trace through
-#: tapejit/scipy_stats.py).
+#: tapejit/frontend/numpy/scipy_stats.py).
 NO_ARRAY_API = pytest.mark.xfail(
     raises=tj.TracingError, strict=True, reason="scipy converts with np.asarray"
 )

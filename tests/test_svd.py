@@ -9,7 +9,8 @@ from tapejit.codegen import blas
 from test_eigh import _directional  # <g, d> against central differences of f
 
 import tapejit as tj
-from tapejit import numpy_linalg, ops
+from tapejit.frontend.numpy import numpy_linalg
+from tapejit.core import ops
 
 pytestmark = pytest.mark.skipif(blas.dgesdd_address() is None, reason="needs scipy's LAPACK")
 

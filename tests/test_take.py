@@ -1,4 +1,4 @@
-"""Element access through a table of positions (tapejit/ops_table.py, codegen/lower_table.py):
+"""Element access through a table of positions (tapejit/core/ops_table.py, codegen/lower/table.py):
 ``take`` and ``add_at`` against their numpy references and each other's adjoint, and
 ``x[idx]`` with a numpy index array traced as one ``take`` — values, gradients (central
 differences), forward mode, and numpy's errors and shapes."""
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit import interpret, ir, ops, tracing
-from tapejit.ir import Graph, Type
-from tapejit.ops import Op
-from tapejit.ops_table import add_at, table_of, take
+from tapejit.core import interpret, ir, ops
+from tapejit.frontend import tracing
+from tapejit.core.ir import Graph, Type
+from tapejit.core.ops import Op
+from tapejit.core.ops_table import add_at, table_of, take
 
 RNG = np.random.default_rng(21)
 
@@ -136,7 +137,7 @@ def test_out_of_bounds_index_array_is_numpys_error():
 
 
 def test_put_replaces_rows_at_distinct_positions():
-    from tapejit.ops_table import put
+    from tapejit.core.ops_table import put
 
     a_in = ops.input_node(0, "a", Type((6, 2)))
     t_in = ops.input_node(1, "t", Type((3,)))

@@ -1,4 +1,4 @@
-"""The tracer's fast paths for element loops (tapejit/tracing.py: ``_fast_arith`` for float64
+"""The tracer's fast paths for element loops (tapejit/frontend/tracing.py: ``_fast_arith`` for float64
 arithmetic on operands of one shape and Python floats, ``_element`` for ``x[i, j]`` reads) build
 exactly the nodes the general path builds: the same printed trace, with and without them, for
 scalar code, vector code, mixed scalar and array code, Python numbers on either side, products
@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tapejit import TracingError, tracing
+from tapejit import TracingError
+from tapejit.frontend import tracing
 
 
 def pair_terms(x):
@@ -59,7 +60,7 @@ def test_small_arrays_made_anew_are_one_const_input():
     const input (by value, bit for bit: -0.0 is another), so the iterations are alike and
     re-roll; the values are the loop's."""
     import tapejit as tj
-    from tapejit import interpret
+    from tapejit.core import interpret
 
     def f(x):
         e = 0.0

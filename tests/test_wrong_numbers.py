@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit.tracing import TracingError
+from tapejit.frontend.tracing import TracingError
 
 
 def _cofactors(a: np.ndarray) -> np.ndarray:

@@ -3,8 +3,11 @@
 Each pass is a pure function ``Graph -> (Graph, stats)`` that never mutates its input (nodes are
 immutable; a pass rebuilds). :data:`PIPELINE` lists them in order; :func:`optimise` runs it and
 verifies the graph after every pass. The last stage, :func:`plan` (:mod:`.memplan`, on top of
-:mod:`.fusion`), turns the optimised graph into a :class:`~tapejit.ir.Program`: loop kernels,
-schedule, liveness and the memory plan.
+:mod:`.fusion`), turns the optimised graph into a :class:`~tapejit.core.ir.Program`: loop kernels,
+schedule, liveness and the memory plan. Re-rolling, the fallback for loops not read from
+source, is the subpackage :mod:`.reroll`.
+
+May import: ``tapejit.core``, ``tapejit.ad``, ``tapejit.progress``.
 """
 
 from __future__ import annotations
@@ -12,14 +15,15 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..ir import Graph, verify
-from . import cleanup, columns, fusion, memplan, reroll, simplify
+from ..core.ir import Graph, verify
+from . import cleanup, columns, fusion, memplan, simplify
+from .reroll import driver as reroll
 from .memplan import plan
 
 #: The pass pipeline, in order: (name, Graph -> (Graph, stats), when). ``when`` (given the
 #: statistics so far) says whether the pass can change anything; a pass that cannot is skipped.
 #: There is no CSE pass: nodes are hash-consed with commutative operands in canonical order
-#: (:class:`tapejit.ir.Node`), so every rewrite re-interns and no graph holds two equal nodes.
+#: (:class:`tapejit.core.ir.Node`), so every rewrite re-interns and no graph holds two equal nodes.
 PIPELINE: list[tuple[str, Callable[[Graph], tuple[Graph, dict]], Callable[[dict], bool]]] = [
     ("simplify", simplify.simplify, lambda stats: True),
     ("dce", cleanup.dce, lambda stats: True),

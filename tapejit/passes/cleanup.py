@@ -1,7 +1,7 @@
 """Dead-node elimination: ``Graph -> Graph``.
 
 There is no CSE pass: nodes are hash-consed, with the operands of commutative ops in a canonical
-order (:class:`tapejit.ir.Node`), so every graph is already free of common subexpressions — each
+order (:class:`tapejit.core.ir.Node`), so every graph is already free of common subexpressions — each
 rewrite re-interns what it rebuilds.
 
 DCE: nodes that no output depends on are never in a graph (``Graph.nodes`` is what the outputs
@@ -11,7 +11,7 @@ reach). What can go dead are *captured constants* no node reads any more (after 
 
 from __future__ import annotations
 
-from ..ir import Graph
+from ..core.ir import Graph
 
 
 def dce(g: Graph) -> tuple[Graph, dict]:

@@ -14,7 +14,7 @@ each computed from column views of the same arrays: ``d[:, c] = pos[i+1:, c] - p
 Everything downstream of the reduction was one-dimensional already, so the row's whole forward
 and backward computation becomes one-dimensional elementwise code over the ``n-1-i`` rows —
 what fusion makes into one loop with one stream per column (the scalar pair loop's plan, which
-re-rolling gives that form: :mod:`tapejit.passes.reroll`), instead of kernels over ``(n-1-i, 3)``
+re-rolling gives that form: :mod:`tapejit.passes.reroll.driver`), instead of kernels over ``(n-1-i, 3)``
 blocks, reductions over their rows and broadcasts of per-row factors back across them.
 
 Run on the trace, before reverse mode (so the backward is the columns' backward). Exact but
@@ -24,7 +24,7 @@ uses. The operand's column is pushed through (:func:`_column`):
 * elementwise ops (their non-scalar operands have the operand's shape; scalars pass as they are);
 * ``broadcast_to`` (of a scalar, of a unit last axis, or of an array whose last axis is ``k``);
 * ``index`` (basic indexing: the column is one more integer, or a shifted start, of the view);
-* ``window`` of rows (:mod:`tapejit.ops_window`): the window of the operand's column;
+* ``window`` of rows (:mod:`tapejit.core.ops_window`): the window of the operand's column;
 * constants;
 
 and any other value (an input, a ``reshape``, a ``matmul``...) is read by column views of it,
@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import time
 
-from .. import ops, ops_window
-from ..ir import Graph, Node
-from ..ops import Op
+from ..core import ops, ops_window
+from ..core.ir import Graph, Node
+from ..core.ops import Op
 from .rewrite import Rewriter
 
 #: Largest trailing axis reduced as separate columns (3-vectors, quaternions).

@@ -1,6 +1,6 @@
 """Loop fusion and adjoint fusion: group the nodes of a graph into loop kernels.
 
-The joint forward+backward graph is scheduled as one sequence of :class:`~tapejit.ir.Kernel`\\ s
+The joint forward+backward graph is scheduled as one sequence of :class:`~tapejit.core.ir.Kernel`\\ s
 (straight-line code, then at most one loop). There is no separate "backward pass": a backward
 elementwise op lands in the earliest loop over its iteration space whose inputs are ready, which
 is often a forward loop — that is *adjoint fusion*, and it falls out of the same rule as ordinary
@@ -20,7 +20,7 @@ Placement (greedy, in topological order, each node as early as its operands allo
 
 Reuse or recompute: a value computed in one loop and read elementwise by a later loop is either
 kept in memory (a store, later a load, a buffer) or recomputed in the later loop. The cost rule:
-recompute when the summed cost (``tapejit.ops.OpDef.cost``) of the nodes to recompute is at most
+recompute when the summed cost (``tapejit.core.ops.OpDef.cost``) of the nodes to recompute is at most
 :data:`RECOMPUTE_BUDGET` (the cost of the store and the reload, in units of an add). So
 ``x + 1`` is recomputed and ``exp(...)`` is reused — for any op, not as a special case. The costs
 are rough reciprocal-throughput ratios of a vectorised loop on x86-64 (Agner Fog's instruction
@@ -35,9 +35,9 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from .. import ops
-from ..ir import DTYPES, Graph, Kernel, Node
-from ..ops import Op
+from ..core import ops
+from ..core.ir import DTYPES, Graph, Kernel, Node
+from ..core.ops import Op
 
 #: Recompute a value in a later loop when its recomputation costs at most this much.
 RECOMPUTE_BUDGET = 2
@@ -221,7 +221,7 @@ def fuse(g: Graph) -> Schedule:
             continue
         # the first kernel at or after `ready` that has no loop or an open loop over `space`
         # (a ragged window: none with a window over another layout; codegen iterates a loop
-        # with windows as a nest over their layout's rows, codegen/lower_window.py)
+        # with windows as a nest over their layout's rows, codegen/lower/window.py)
         space = space_of(n, c)
         same = open_.setdefault(space, [])
         if n.op == Op.WINDOW:
@@ -280,7 +280,7 @@ def fuse(g: Graph) -> Schedule:
 
 def _layouts_agree(body, clone) -> bool:
     """Whether recomputing ``clone`` in a loop with ``body`` keeps one ragged layout (the
-    ``(T, L0, dL)`` of its windows, :mod:`tapejit.ops_window`) in it."""
+    ``(T, L0, dL)`` of its windows, :mod:`tapejit.core.ops_window`) in it."""
     got = {n.attrs[:3] for n in (*body, *clone) if n.op == Op.WINDOW}
     return len(got) <= 1
 
@@ -348,7 +348,7 @@ def canonical_body(body: list[Node]) -> list[Node]:
     commutative op in order of their hashes. The bodies of one loop over different rows (the
     row-by-row Lennard-Jones model's kernels, whose commutative operands hash-consing orders
     by digests that depend on the row) then come out in one order, so their kernels share one
-    key and one function (:class:`tapejit.codegen.lower.Interface`). Ties keep the given order:
+    key and one function (:class:`tapejit.codegen.lower.driver.Interface`). Ties keep the given order:
     tied subtrees are alike, so either order spells one key."""
     if len(body) < 3:
         return body

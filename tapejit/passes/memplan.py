@@ -1,7 +1,7 @@
 """Schedule and memory plan: ``Graph -> Program``.
 
 :func:`plan` fuses the graph into kernels (:mod:`.fusion`), then gives every value that must live
-in memory a :class:`~tapejit.ir.Slot`:
+in memory a :class:`~tapejit.core.ir.Slot`:
 
 * inputs are read in place (``arg``); ``reshape`` of an array and a contiguous slice alias
   their operand (``alias``, at an element offset);
@@ -32,9 +32,9 @@ import bisect
 import heapq
 import math
 
-from .. import ops
-from ..ir import Graph, LoopPlan, Node, Program, Slot
-from ..ops import Op
+from ..core import ops
+from ..core.ir import Graph, LoopPlan, Node, Program, Slot
+from ..core.ops import Op
 from .fusion import Schedule, alias_offset, alias_root, classify, fuse
 
 ALIGN = 64
@@ -225,7 +225,7 @@ def _fused_reads(n: Node, mat, body: list[Node]) -> list[Node]:
 
 def _place_blocks(steps, mat, last, outputs, classes, members) -> dict[int, tuple[Node, int]]:
     """Updates computed straight into their block of a result: a ``scatter`` of a block into a
-    constant (codegen fills the result around the block, ``codegen/lower.py``) whose update is
+    constant (codegen fills the result around the block, ``codegen/lower/driver.py``) whose update is
     a value of its own (a buffer no other value shares, read last by the scatter, not an
     output, the whole of its buffer) is computed into the block — the scatter then only fills
     around it. The update's buffer joins the scatter's class (live from the update's

@@ -14,9 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from .. import ops
-from ..ir import NUMPY_DTYPE, Graph, Node, Type
-from ..ops import Op
+from ..core import ops
+from ..core.ir import NUMPY_DTYPE, Graph, Node, Type
+from ..core.ops import Op
 
 #: Nodes no rule rewrites.
 _LEAVES = frozenset(ops.LEAF)

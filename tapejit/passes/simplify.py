@@ -27,9 +27,9 @@ from collections import Counter
 
 import numpy as np
 
-from .. import ops
-from ..ir import NUMPY_DTYPE, Graph, Node
-from ..ops import Op
+from ..core import ops
+from ..core.ir import NUMPY_DTYPE, Graph, Node
+from ..core.ops import Op
 from .rewrite import Rewriter, fit
 
 #: Largest array result constant folding creates when it is bigger than every operand.

@@ -16,4 +16,8 @@ module              owns
 
 The pipeline itself (trace -> ... -> machine code) is :mod:`tapejit.pipeline`; the cache-entry
 codec lives with the cache in :mod:`tapejit.codegen.cache`.
+
+May import: ``tapejit.core``, ``tapejit.ad``, ``tapejit.frontend``, ``tapejit.passes``,
+``tapejit.codegen``, ``tapejit.transforms``, ``tapejit.pipeline`` (everything but the public
+API and the tools).
 """

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import dynamic_index, tracing
+from ..frontend import dynamic_index, tracing
 from .options import Options, capacity_for
 from .variant import TOO_LONG, Variant, compile_variant
 

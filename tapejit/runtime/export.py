@@ -78,7 +78,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .. import tracing
+from ..frontend import tracing
 from ..codegen import aot, blas
 
 if TYPE_CHECKING:

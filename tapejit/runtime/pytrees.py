@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .. import loop_capture
+from ..frontend.loops import loop_capture
 
 from .function import GradientFunction
 
@@ -192,7 +192,7 @@ def flat_function(f: Callable, st: _Structure, has_aux: bool, aux_def: list) -> 
         if not has_aux:
             return out
         if not isinstance(out, tuple) or len(out) != 2:
-            from ..tracing import TracingError
+            from ..frontend.tracing import TracingError
 
             raise TracingError(
                 f"{getattr(f, '__name__', 'f')} was compiled with has_aux=True, so it must return "

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..codegen.entry import ffi
-from ..tracing import masked_array_error
+from ..frontend.tracing import masked_array_error
 
 F64 = np.dtype(np.float64)
 _BIG = 2**53  # 64-bit integers convert to float64 exactly only up to here in magnitude

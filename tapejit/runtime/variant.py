@@ -2,7 +2,7 @@
 
 :func:`compile_variant` traces ``f`` at some arguments and compiles it (through the on-disk
 cache) into a :class:`Variant`; :func:`compile_graph` compiles a forward graph built directly with
-:mod:`tapejit.ops` (tools and tests that sweep the op table). A variant runs its native code
+:mod:`tapejit.core.ops` (tools and tests that sweep the op table). A variant runs its native code
 (:meth:`Variant.run`) and reports a guard failure or a too-long dynamic argument as a status
 instead of handling it: that is the dispatcher's job (:mod:`tapejit.runtime.dispatch`).
 
@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .. import pipeline, tracing, transforms
+from .. import pipeline, transforms
+from ..frontend import tracing
 from ..codegen import blas as _blas
 from ..codegen import entry as _entry
 from ..codegen import fastcall as _fastcall
 from ..codegen.cache import ObjectCache, text
-from ..codegen.lower import counters_symbol
-from ..ir import Graph, flat_guards
+from ..codegen.lower.driver import counters_symbol
+from ..core.ir import Graph, flat_guards
 from .. import passes
 from ..progress import Progress, log, wanted
 from .options import Options, capacity_for, object_cache
@@ -378,7 +379,7 @@ def compile_variant(
 
     ``capacity``: rows each dynamic-length argument is compiled for (default: from the
     example); ``forced``: guard outcomes the trace follows instead of the example's (see
-    :func:`tapejit.tracing.trace`); ``lenient``: leave out ``while_loop`` max_steps checks;
+    :func:`tapejit.frontend.tracing.trace`); ``lenient``: leave out ``while_loop`` max_steps checks;
     ``unchecked``: guard numbers followed but not checked (a variant for one input only).
     Raises :class:`tapejit.TracingError` when ``f`` cannot be traced.
     """
@@ -438,7 +439,7 @@ def compile_variant(
 
 
 def compile_graph(trace: Graph, tuple_result: bool = True, cache: Any = False) -> Variant:
-    """A forward graph built directly with :mod:`tapejit.ops` compiled as a :class:`Variant`
+    """A forward graph built directly with :mod:`tapejit.core.ops` compiled as a :class:`Variant`
     (its active inputs are differentiated, in input order; guards raise)."""
     runtime = [k for k in trace.kinds if k != "const"]
     active = tuple(i for i, k in enumerate(runtime) if k == "active")
