@@ -116,6 +116,9 @@ RULE_CASES = {
             lambda g: "neg" not in _ops_in(g),
         ),
     ],
+    "stop-gradient": [  # after differentiation only its value is left
+        (lambda x: mk("stop_gradient", x), [S], (), lambda g: _ops_in(g) == ["input"]),
+    ],
     "scalar-negation": [
         (
             lambda x, t: mk("mul", mk("neg", x), t),
