@@ -1,4 +1,4 @@
-"""The tracer's fast paths for element loops (tapejit/frontend/tracing.py: ``_fast_arith`` for float64
+"""The tracer's fast paths for element loops (tapejit/frontend/tracer.py: ``_fast_arith`` for float64
 arithmetic on operands of one shape and Python floats, ``_element`` for ``x[i, j]`` reads) build
 exactly the nodes the general path builds: the same printed trace, with and without them, for
 scalar code, vector code, mixed scalar and array code, Python numbers on either side, products
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tapejit import TracingError
-from tapejit.frontend import tracing
+from tapejit.frontend import tracer, tracing
 
 
 def pair_terms(x):
@@ -31,8 +31,8 @@ def mixed(x):
 
 
 def _general_only(monkeypatch):
-    monkeypatch.setattr(tracing, "_fast_arith", lambda op, x, y: None)
-    monkeypatch.setattr(tracing, "_element", lambda x, key: None)
+    monkeypatch.setattr(tracer, "_fast_arith", lambda op, x, y: None)
+    monkeypatch.setattr(tracer, "_element", lambda x, key: None)
 
 
 def vector_steps(x):

@@ -31,12 +31,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .errors import TracingError, _fail
+from .trace_state import BodyTrace, _current, _state, _values, max_steps_check
+from .tracer import Tracer, _build, _wrap, add_fixed, dynamic_length, lift
 from ..ad import autodiff
-from . import dynamic_index, tracing
+from . import dynamic_index
 from ..core import ops
 from ..core.ir import Graph, Node, Type, substitute
 from ..core.ops import Op
-from .tracing import BodyTrace, Tracer, TracingError, _fail, _values, lift
 
 
 def checkpoint(fn: Callable) -> Callable:
@@ -86,7 +88,7 @@ def _unflatten(structure: Any, leaves: list) -> Any:
 
 
 def _tracing() -> bool:
-    return bool(tracing._current)
+    return bool(_current)
 
 
 def _static_int(v: Any, what: str) -> int:
@@ -152,7 +154,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None) -> t
     :class:`tapejit.TracingError` for a body that changes the carry's structure or shapes.
     """
     x_leaves, x_struct = _flatten(xs) if xs is not None else ([], None)
-    lengths_dyn = [tracing.dynamic_length(x) for x in x_leaves]
+    lengths_dyn = [dynamic_length(x) for x in x_leaves]
     if any(d is not None for d in lengths_dyn):
         return _dynamic_scan(f, init, x_leaves, x_struct, lengths_dyn)
     if xs is not None:
@@ -183,7 +185,7 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None) -> t
 def _dynamic_scan(f, init, x_leaves, x_struct, lengths) -> tuple[Any, Any]:
     """A scan over arguments with a dynamic length: as many iterations as the call's length
     (the traced bound is the argument's capacity); no stacked ys, whose length is unknown."""
-    if isinstance(tracing._state(), BodyTrace):
+    if isinstance(_state(), BodyTrace):
         raise _fail(
             "scan: a scan over a dynamic-length argument must be at the top level of the "
             "compiled function, not inside another loop's body"
@@ -249,7 +251,7 @@ def while_loop(cond: Callable, body: Callable, init: Any, *, max_steps: int) -> 
         name="while_loop",
         info=info,
     )
-    if not isinstance(tracing._state(), BodyTrace):
+    if not isinstance(_state(), BodyTrace):
         # ran all max_steps iterations and cond still holds: the Python loop would go on
         still = lift(cond(carry))
         if still.node.type.size != 1:
@@ -257,7 +259,7 @@ def while_loop(cond: Callable, body: Callable, init: Any, *, max_steps: int) -> 
         if still.node.dtype != "bool":
             still = still != 0.0
         exhausted = (info["steps_run"] == float(steps)) & still.reshape(())
-        tracing.max_steps_check(exhausted.node, steps)
+        max_steps_check(exhausted.node, steps)
     return carry
 
 
@@ -268,7 +270,7 @@ def _counted_loop(step: Callable, init: Any, xs: list, n: int, k: int, **kw) -> 
 
     def counted(i, c, x_t):
         inner, counts = c
-        st = tracing._state()
+        st = _state()
         before = len(st.index_checks)
         new, y = step(i, inner, x_t)
         mine = st.index_checks[before:]
@@ -276,7 +278,7 @@ def _counted_loop(step: Callable, init: Any, xs: list, n: int, k: int, **kw) -> 
         if len(mine) != len(counts):
             raise _fail(f"{kw['name']}: the body's traced indices changed when traced again")
         sites[:] = [w for _, w in mine]
-        flags = [tracing._wrap(ops.where(bad, ops.const(1.0), ops.const(0.0))) for bad, _ in mine]
+        flags = [_wrap(ops.where(bad, ops.const(1.0), ops.const(0.0))) for bad, _ in mine]
         return (new, tuple(c + f for c, f in zip(counts, flags))), y
 
     cond = kw.pop("cond")
@@ -312,16 +314,16 @@ def _trace_body(st: BodyTrace, fn: Callable, args: tuple) -> Any:
     """Run ``fn(*args)`` with ``st`` as the innermost trace; restores the concrete-value table
     (the body's example values must not leak into the enclosing trace)."""
     saved = dict(_values)
-    tracing._current.append(st)
+    _current.append(st)
     try:
         return fn(*args)
     finally:
-        tracing._current.pop()
+        _current.pop()
         _values.clear()
         _values.update(saved)
         # params that enclosing bodies lifted in, and arrays captured, while this body was
         # traced keep their values (hoisting evaluates nodes that read them)
-        for outer in tracing._current:
+        for outer in _current:
             if isinstance(outer, BodyTrace):
                 for _, t in outer._lifted.values():
                     _values.setdefault(id(t.node), (t.node, t.value))
@@ -333,7 +335,7 @@ def _leaf(v: Any) -> Tracer:
     """A carry or y value as an f64 tracer (bool values are promoted, as numpy does)."""
     t = lift(v)
     if t.node.dtype != "f64":
-        t = tracing._build(ops._float, t)
+        t = _build(ops._float, t)
     return t
 
 
@@ -375,11 +377,11 @@ def _loop(
     A body that records run-time index checks (:mod:`tapejit.frontend.dynamic_index`) is traced again
     with one more carry per check, counting the iterations where it failed (``counting``:
     this is that trace); each count is then checked after the loop."""
-    outer = tracing._state()
+    outer = _state()
     depth = outer.level
     c_leaves, c_struct = _flatten(init)
     carries = [_leaf(c) for c in c_leaves]
-    x_ts = [x if tracing.dynamic_length(x) is not None else lift(x) for x in xs]
+    x_ts = [x if dynamic_length(x) is not None else lift(x) for x in xs]
     for x in x_ts:
         if x.node.dtype != "f64":
             raise _fail(f"{name}: xs must be float arrays, got {x.node.type}")
@@ -387,15 +389,15 @@ def _loop(
     # the body: (i, carry..., x_t...) + params -> (carry'..., y_t...)
     body_st = BodyTrace(outer, f"l{depth}")
     body_st.counter_range = (start, start + n - 1)
-    i_t = body_st.add_fixed(Type(()), "i", np.float64(start))
-    c_ts = [body_st.add_fixed(c.node.type, f"c{k}", c.value) for k, c in enumerate(carries)]
+    i_t = add_fixed(body_st, Type(()), "i", np.float64(start))
+    c_ts = [add_fixed(body_st, c.node.type, f"c{k}", c.value) for k, c in enumerate(carries)]
 
     def first_row(x: Tracer) -> np.ndarray:  # the body's example x_t (zeros for no rows)
         v = np.asarray(x.value)
         return v[0] if v.shape[0] else np.zeros(v.shape[1:])
 
     xt_ts = [
-        body_st.add_fixed(Type(x.node.shape[1:]), f"x{k}", first_row(x)) for k, x in enumerate(x_ts)
+        add_fixed(body_st, Type(x.node.shape[1:]), f"x{k}", first_row(x)) for k, x in enumerate(x_ts)
     ]
     result = _trace_body(body_st, step, (i_t, _unflatten(c_struct, c_ts), xt_ts))
     if body_st.index_checks and not counting:
@@ -407,13 +409,13 @@ def _loop(
     nc_leaves, nc_struct = _flatten(new_carry)
     if nc_struct != c_struct or len(nc_leaves) != len(carries):
         raise TracingError(f"{name}: the body must return a carry with the structure of init")
-    tracing._current.append(body_st)
+    _current.append(body_st)
     try:
         out_c = [_leaf(c) for c in nc_leaves]
         y_leaves, y_struct = _flatten(y) if y is not None else ([], None)
         out_y = [_leaf(v) for v in y_leaves]
     finally:
-        tracing._current.pop()
+        _current.pop()
     for k, (a, b) in enumerate(zip(carries, out_c)):
         if a.node.type != b.node.type:
             raise TracingError(
@@ -424,9 +426,9 @@ def _loop(
     cond_st = None
     if cond is not None:
         cond_st = BodyTrace(outer, f"w{depth}")
-        cc_ts = [cond_st.add_fixed(c.node.type, f"c{k}", c.value) for k, c in enumerate(carries)]
+        cc_ts = [add_fixed(cond_st, c.node.type, f"c{k}", c.value) for k, c in enumerate(carries)]
         verdict = _trace_body(cond_st, cond, (_unflatten(c_struct, cc_ts),))
-        tracing._current.append(cond_st)
+        _current.append(cond_st)
         try:
             v = lift(verdict)
             if v.node.type.size != 1:
@@ -435,10 +437,10 @@ def _loop(
             if node.dtype != "bool":
                 node = ops.make(Op.NE, ops._float(node), ops.const(0.0))
         finally:
-            tracing._current.pop()
+            _current.pop()
 
     if n == 0:  # no iteration: the carry as given, and ys with no rows
-        empty = [tracing._wrap(ops.const(0.0, (0, *t.node.shape))) for t in out_y]
+        empty = [_wrap(ops.const(0.0, (0, *t.node.shape))) for t in out_y]
         y_out = _unflatten(y_struct, empty) if ys and y is not None else None
         return _unflatten(c_struct, carries), y_out
 
@@ -460,7 +462,7 @@ def _loop(
         body, 1 + n_carry + n_xs, [p.node for p in params], f"h{depth}"
     )
     for extra in nodes[len(params) :]:
-        params.append(tracing._wrap(extra))
+        params.append(_wrap(extra))
     if cgraph is not None and len(cgraph.inputs) < n_carry + len(params):
         cgraph = ops.extend_inputs(
             cgraph, [p.node.type for p in params[len(cgraph.inputs) - n_carry :]], f"h{depth}"
@@ -480,13 +482,13 @@ def _loop(
     args = lead + carries + x_ts + params
     for t in args:
         _values.setdefault(id(t.node), (t.node, t.value))
-    loop = tracing._wrap(make(*(t.node for t in args)))
+    loop = _wrap(make(*(t.node for t in args)))
     lay = ops.loop_layout(spec)
-    final = [tracing._build(lambda m, s=s: ops.segment(m, s), loop) for s in lay.carries]
+    final = [_build(lambda m, s=s: ops.segment(m, s), loop) for s in lay.carries]
     if info is not None:  # the number of iterations run
-        info["steps_run"] = tracing._build(lambda m: ops.index(m, (lay.steps,)), loop)
+        info["steps_run"] = _build(lambda m: ops.index(m, (lay.steps,)), loop)
     carry_out = _unflatten(c_struct, final)
     if not ys:
         return carry_out, None
-    stacked = [tracing._build(lambda m, s=s: ops.segment(m, s), loop) for s in lay.ys[: len(out_y)]]
+    stacked = [_build(lambda m, s=s: ops.segment(m, s), loop) for s in lay.ys[: len(out_y)]]
     return carry_out, (_unflatten(y_struct, stacked) if y is not None else None)

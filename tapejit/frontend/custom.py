@@ -28,9 +28,14 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .errors import TracingError
+from .trace_state import detached
+from .tracer import Tracer, _build, lift
+from .tracing import trace
 from ..ad import autodiff
+from ..ad.graph_inputs import add_inputs, mark_active
 from ..core import ops
-from . import tracing
+
 from ..core.ir import Graph, Node, format_graph, substitute
 from ..core.ops import Op
 
@@ -99,18 +104,18 @@ _in_rule = _InRule()
 
 
 def _values(xs) -> list:
-    return [np.asarray(x.value if isinstance(x, tracing.Tracer) else x, dtype=float) for x in xs]
+    return [np.asarray(x.value if isinstance(x, Tracer) else x, dtype=float) for x in xs]
 
 
 def _trace_rule(owner: Any, name: str, fn: Callable, examples: list) -> Graph:
     _in_rule.active.add(id(owner))
     try:
-        with tracing.detached():
-            g = tracing.trace(fn, examples, (), outputs="any")
+        with detached():
+            g = trace(fn, examples, (), outputs="any")
     finally:
         _in_rule.active.discard(id(owner))
     if g.guards:
-        raise tracing.TracingError(
+        raise TracingError(
             f"the rule {name} branches on a traced value ({g.guards[0][2]}): rules are traced "
             "once, so write the branch with tapejit.where(cond, a, b)"
         )
@@ -132,7 +137,7 @@ def _check(name: str, what: str, got: Any, want: list) -> list:
 
 
 def _custom_node(rule: Rule, out: Any, bound: list, consts: list, args: tuple) -> Any:
-    return tracing._build(
+    return _build(
         lambda *nodes: ops.make(Op.CUSTOM, *nodes, attrs=(rule,)), out, *bound, *consts, *args
     )
 
@@ -154,7 +159,7 @@ class custom_vjp:
         return self
 
     def __call__(self, *args: Any) -> Any:
-        if id(self) in _in_rule.active or not any(isinstance(a, tracing.Tracer) for a in args):
+        if id(self) in _in_rule.active or not any(isinstance(a, Tracer) for a in args):
             return self.fun(*args)
         name = getattr(self.fun, "__name__", "f")
         if self.fwd is None:
@@ -169,7 +174,7 @@ class custom_vjp:
         out, res = result
         seq = isinstance(res, (tuple, list))
         res = list(res) if seq else [res]
-        out_t = tracing.lift(out)
+        out_t = lift(out)
         bwd = self.bwd
 
         def bwd_flat(*xs):  # the residuals as fwd returned them: a tuple, or one value
@@ -201,12 +206,12 @@ class custom_jvp:
         return self
 
     def __call__(self, *args: Any) -> Any:
-        if id(self) in _in_rule.active or not any(isinstance(a, tracing.Tracer) for a in args):
+        if id(self) in _in_rule.active or not any(isinstance(a, Tracer) for a in args):
             return self.fun(*args)
         name = getattr(self.fun, "__name__", "f")
         if self.rule is None:
             raise TypeError(f"custom_jvp {name}: call {name}.defjvp(jvp) before using it")
-        out_t = tracing.lift(self.fun(*args))
+        out_t = lift(self.fun(*args))
         n, rule_fn = len(args), self.rule
 
         def jvp_flat(*xs):
@@ -230,8 +235,6 @@ def _transpose(g: Graph, n: int) -> Graph:
     """From the rule ``(*x, *t) -> (out, J t)``: the graph ``(*x, ct, consts) -> J^T ct`` (reverse
     mode through the rule, with respect to the tangents, at tangents 0: exact when the rule is
     linear in them)."""
-    from ..transforms import add_inputs, mark_active
-
     tangent_out = g.outputs[1]
     g1, (ct,) = add_inputs(g, [tangent_out.type], ["ct"])
     prod = ops.mul(g1.outputs[1], ct)
@@ -268,10 +271,10 @@ def stop_gradient(x: Any) -> Any:
     stops there, so nothing computed only from it costs backward work, and ``float()`` of it is
     guarded like a value computed from constants. Outside tracing it returns ``x``.
     """
-    if isinstance(x, tracing.Tracer):
+    if isinstance(x, Tracer):
         if x.node.dtype != "f64":  # a mask or a cast result carries no derivative anyway
             return x
-        return tracing._build(lambda n: ops.make(Op.STOP_GRADIENT, n), x)
+        return _build(lambda n: ops.make(Op.STOP_GRADIENT, n), x)
     if isinstance(x, dict):
         return type(x)((k, stop_gradient(v)) for k, v in x.items())
     if isinstance(x, tuple) and hasattr(x, "_fields"):  # a namedtuple

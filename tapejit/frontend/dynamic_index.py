@@ -42,7 +42,10 @@ from . import views
 from ..core.ir import Node
 from ..core.ops import Op
 from ..core.ops_table import put, take
-from .tracing import BodyTrace, Tracer, _fail, _state, _user_site, _UNSET, _values, lift
+from .errors import _fail, _user_site
+from .trace_state import _UNSET, BodyTrace, _state, _values
+from .trace_state import _current as _stack
+from .tracer import Tracer, lift
 
 #: How the site of a traced-position check begins (a guard's site; the runtime reads it).
 INDEX_SITE = "tapejit: traced index out of range"
@@ -284,6 +287,4 @@ def setitem(y: Tracer, key: Any, value: Any) -> None:
 
 
 def _depth() -> int:
-    from .tracing import _current as stack
-
-    return len(stack.items)
+    return len(_stack.items)

@@ -3,9 +3,9 @@
 The inner gradient is built as IR, not compiled: ``g`` is traced in a nested trace whose inputs
 are ``g``'s arguments (those in ``argnums`` active), and whose other inputs are the values of
 the enclosing trace that ``g`` closes over, lifted in as it touches them (as a loop body lifts
-them, :class:`tapejit.frontend.tracing.BodyTrace`). Reverse mode (:func:`tapejit.ad.autodiff.vjp_graph`)
+them, :class:`tapejit.frontend.BodyTrace`). Reverse mode (:func:`tapejit.ad.autodiff.vjp_graph`)
 turns that graph into ``(value, grad...)``, which is inlined into the enclosing trace
-(:func:`tapejit.frontend.tracing.call_graph`) with its inputs bound to the call's arguments and the lifted
+(:func:`tapejit.frontend.call_graph`) with its inputs bound to the call's arguments and the lifted
 values. The result is ordinary IR of the enclosing trace, so the enclosing differentiation
 (``tj.grad`` of ``f``, ``hessian``, a further nested ``grad``) differentiates it like any other
 code: derivatives of any order, through closures too, as JAX's nested ``grad`` (Baydin et al.,
@@ -21,11 +21,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .errors import TracingError, _fail, _user_site
+from .trace_state import BodyTrace, _current, _state, _values
+from .tracer import Tracer, _build, lift
+from .tracing import _input_type, call_graph
 from ..ad import autodiff
-from ..core import ir
-from . import tracing
+from ..core import ir, ops
+
 from ..core.ir import Graph, Type
-from .tracing import BodyTrace, Tracer, TracingError, _fail, _values
 
 
 class NestedTrace(BodyTrace):
@@ -51,7 +54,7 @@ def _leaf(a: Any, i: int, name: str) -> tuple[Type, Any]:
     """The type and concrete value of argument ``i`` of a nested call."""
     if isinstance(a, Tracer):
         if a.node.dtype != "f64":
-            a = tracing._build(tracing.ops._float, a)
+            a = _build(ops._float, a)
         return a.node.type, a.value
     if isinstance(a, (tuple, list, dict)) or not isinstance(
         a, (int, float, np.integer, np.floating, np.ndarray)
@@ -60,7 +63,7 @@ def _leaf(a: Any, i: int, name: str) -> tuple[Type, Any]:
             f"{name}: a gradient taken inside a traced function takes arrays and numbers as "
             f"arguments, got {type(a).__name__} for argument {i} (pass the leaves separately)"
         )
-    t, value = tracing._input_type(a, i)
+    t, value = _input_type(a, i)
     return t, value if t.shape else value[()]
 
 
@@ -80,8 +83,8 @@ def grad_in_trace(
     if has_aux:
         raise _fail(f"{name}: has_aux=True is not supported for a gradient inside a traced function")
     nums = _argnums(argnums, len(args))
-    parent = tracing._state()
-    depth = len(tracing._current.items)
+    parent = _state()
+    depth = len(_current.items)
     st = NestedTrace(parent, f"n{depth}")
     inner = []
     for i, a in enumerate(args):
@@ -91,12 +94,12 @@ def grad_in_trace(
         _values[id(node)] = (node, value)
         inner.append(Tracer(node, value, st.level))
     saved = dict(_values)
-    tracing._current.append(st)
+    _current.append(st)
     try:
         result = f(*inner)
-        out = tracing.lift(result) if not isinstance(result, Tracer) else result
+        out = lift(result) if not isinstance(result, Tracer) else result
     finally:
-        tracing._current.pop()
+        _current.pop()
         _values.clear()
         _values.update(saved)
     if out.shape != () or out.node.dtype not in ("f64", "i64", "bool"):
@@ -105,7 +108,7 @@ def grad_in_trace(
             "reduce it with .sum() or index it first"
         )
     if out.node.dtype != "f64":
-        out = Tracer(tracing.ops._float(out.node), out.value, st.level)
+        out = Tracer(ops._float(out.node), out.value, st.level)
     g = ir.verify(
         Graph(
             name, tuple(st.inputs), tuple(st.kinds), (out.node,), {}, ("value",),
@@ -114,9 +117,9 @@ def grad_in_trace(
     )  # fmt: skip
     try:
         joint = autodiff.vjp_graph(g, nums)
-    except tracing.ops.RuleError as e:
-        raise TracingError(f"{tracing._user_site()}: {name}: {e}") from None
-    outs = tracing.call_graph(joint, *args, *st.params)
+    except ops.RuleError as e:
+        raise TracingError(f"{_user_site()}: {name}: {e}") from None
+    outs = call_graph(joint, *args, *st.params)
     value, grads = outs[0], tuple(outs[1:])
     grads_out = grads[0] if isinstance(argnums, int) else grads
     return (value, grads_out) if with_value else grads_out

@@ -28,8 +28,10 @@ import threading
 from contextlib import contextmanager
 from typing import Callable
 
+from ..trace_state import _UNSET, _current
+from ..tracer import Tracer
 from . import loop_source
-from .. import tracing, views
+from .. import views
 from ...progress import log
 from ...core.ops import Op
 from ...passes.reroll import driver as reroll, ragged as reroll_ragged
@@ -63,8 +65,8 @@ def read(base, key):
         node = getattr(out, "node", None)
         items = key if isinstance(key, tuple) else (key,)
         if not (
-            isinstance(base, tracing.Tracer)
-            and isinstance(out, tracing.Tracer)
+            isinstance(base, Tracer)
+            and isinstance(out, Tracer)
             and (
                 (node.op == Op.INDEX and node.args[0] is base.node)
                 # the element this iteration wrote (ops.index forwards the value written)
@@ -125,7 +127,7 @@ def can_capture(it) -> bool:
         n = len(it)
     except OverflowError:  # more than sys.maxsize iterations: the loop as written says what
         return False
-    items = tracing._current.items
+    items = _current.items
     return n >= MIN_TRIPS and len(items) == 1 and not items[0].dynamic
 
 
@@ -141,11 +143,11 @@ def _capturable(carries: tuple, bases: Callable, writes: tuple, invariants: tupl
         arrays = bases()
     except Exception:  # noqa: BLE001 - the loop as written raises it where Python would
         return False
-    if not all(type(b) is tracing.Tracer and b.level == 1 for b in arrays):
+    if not all(type(b) is Tracer and b.level == 1 for b in arrays):
         return False
     # a written array must be a root (the writes of a view go to its base) of its own
     return all(
-        type(w) is tracing.Tracer and w.level == 1 and w._view is None
+        type(w) is Tracer and w.level == 1 and w._view is None
         and w.node.dtype == "f64" for w in writes
     )  # fmt: skip
 
@@ -161,7 +163,7 @@ def run_loop(it: range, body: Callable, carries: tuple, bases: Callable, writes:
     calls."""
     if not _capturable(carries, bases, writes, invariants, helpers):
         return _run(it, body, carries)
-    st = tracing._current.items[0]
+    st = _current.items[0]
     guards, conversion = len(st.guards), st.conversion_error
     history = [(*carries, *[w.node for w in writes])]
     with _reads_checked() as read_ok:
@@ -175,10 +177,10 @@ def run_loop(it: range, body: Callable, carries: tuple, bases: Callable, writes:
         built = _build(history, len(carries), len(rest), st)
         if built is not None:
             for w, node in zip(writes, built[len(carries):]):
-                views.write(w, node, tracing._UNSET)  # as each iteration's write did
+                views.write(w, node, _UNSET)  # as each iteration's write did
             st.captured[0] += len(built)
             st.captured[1] += len(it)
-            return tuple(tracing.Tracer(n, tracing._UNSET, 1) for n in built[: len(carries)])
+            return tuple(Tracer(n, _UNSET, 1) for n in built[: len(carries)])
     return _run(rest, body, carries)
 
 
@@ -195,7 +197,7 @@ def _build(history: list[tuple], n_carries: int, extra: int, st) -> list | None:
                     return None
                 chain.append(t)
                 continue
-            if not isinstance(t, tracing.Tracer) or t.level != 1 or t.node.dtype != "f64":
+            if not isinstance(t, Tracer) or t.level != 1 or t.node.dtype != "f64":
                 return None
             if t is history[k][c] or t._view is not None:
                 return None  # written in place (`f += v` on an array), or a view of another
@@ -254,7 +256,7 @@ def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, bases: 
     if hi - lo < max(ROWS_TRACED + 2, reroll.MIN_RUN):
         return _run(it, body, carries)
     carries = _run(it[:lo], body, carries)
-    st = tracing._current.items[0]
+    st = _current.items[0]
     guards, conversion, captured = len(st.guards), st.conversion_error, st.captured[0]
     history = []
     with _reads_checked() as read_ok:  # reads at the row: elements of traced arrays
@@ -266,7 +268,7 @@ def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, bases: 
         and len(st.guards) == guards
         and st.conversion_error is conversion
         and st.captured[0] == captured + ROWS_TRACED * len(bounds[lo])
-        and all(type(t) is tracing.Tracer and t.level == 1 and t._view is None
+        and all(type(t) is Tracer and t.level == 1 and t._view is None
                 and t.node.shape == () and t.node.dtype == "f64" for t in history)
     )  # fmt: skip
     if ok:
@@ -280,7 +282,7 @@ def run_nest(it: range, body: Callable, carries: tuple, inner: Callable, bases: 
         if node is not None:
             st.captured[0] += 1
             st.captured[1] += sum(len(r) for rs in bounds[lo + ROWS_TRACED : hi] for r in rs)
-            carries = (tracing.Tracer(node, tracing._UNSET, 1),)
+            carries = (Tracer(node, _UNSET, 1),)
             return _run(it[hi:], body, carries)
     return _run(it[lo + ROWS_TRACED :], body, carries)
 

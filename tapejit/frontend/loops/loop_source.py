@@ -696,7 +696,7 @@ def inert(v, depth: int = 2) -> bool:
     """Whether ``v`` is a value whose arithmetic runs no user code, the same in every call:
     a Python or numpy number, a numeric numpy array (exactly, not a subclass), a traced
     value, or a tuple, list or dict (string or integer keys) of those."""
-    from ..tracing import Tracer
+    from ..tracer import Tracer
 
     t = type(v)
     if t in (int, float, bool, Tracer) or t in _NUMPY_SCALARS:

@@ -35,7 +35,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..tracing import _PKG_DIR, Tracer, TracingError, _current, lift
+from ..errors import _PKG_DIR, TracingError
+from ..registry import HOOKS
+from ..trace_state import _current
+from ..tracer import Tracer, lift
 from .scipy_stats import traced_distributions
 
 # ----------------------------------------------------------------------------------------------
@@ -444,3 +447,8 @@ def _scipy_error(
     return TracingError(
         f"{where}: scipy's {func} cannot be traced: at {_frame_site(inner)}: {message}. {fix}"
     )
+
+
+# the tracer's hooks: ``x.__array_namespace__()`` and the context ``f`` is traced in
+HOOKS["array_namespace"] = namespace
+HOOKS["scipy_array_api"] = scipy_array_api

@@ -28,18 +28,12 @@ import numpy as np
 
 from ...core import ops
 from .. import views
+from ..registry import HOOKS
 from ...core.ops import Op
-from ..tracing import (
-    Tracer,
-    _build,
-    _conversion_error,
-    _fail,
-    _reshape,
-    _source_line,
-    _transpose,
-    _user_site,
-    lift,
-)
+from ..errors import _fail, _source_line, _user_site
+from ..trace_state import _conversion_error
+from .np_shape import _concatenate, _stack
+from ..tracer import Tracer, _build, _reshape, _transpose, lift
 
 #: The largest traced array :meth:`Tracer.__array__` expands into element tracers.
 MAX_ELEMENTS = 10_000
@@ -140,9 +134,7 @@ def _piece(flat: np.ndarray, i: int, j: int) -> Tracer:
     if kind is _NUMBER:
         return lift(np.array([_number(v) for v in flat[i:j]]))
     if kind is _TRACED:
-        from .numpy_api import FUNCTIONS
-
-        return FUNCTIONS[np.stack](list(flat[i:j]))
+        return _stack(list(flat[i:j]))
     source, start = flat[i].source, flat[i].flat
     n = source.node.type.size
     if (start, j - i) == (0, n):
@@ -171,10 +163,15 @@ def from_objects(arr: np.ndarray) -> Tracer:
     if len(pieces) == 1:
         out = pieces[0]
     else:
-        from .numpy_api import FUNCTIONS
-
-        out = FUNCTIONS[np.concatenate](pieces)
+        out = _concatenate(pieces)
     out = _reshape(out, tuple(arr.shape[a] for a in perm))
     if perm != orders[0]:
         out = _transpose(out, tuple(np.argsort(perm)))
     return out
+
+
+# the tracer's object-array hooks (Tracer.__array__, lift of an object array, writes after
+# np.asarray)
+HOOKS["object_elements"] = object_elements
+HOOKS["from_objects"] = from_objects
+HOOKS["shared_with_numpy"] = shared_with_numpy

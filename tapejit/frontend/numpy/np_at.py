@@ -27,7 +27,9 @@ import numpy as np
 
 from ...core import ops_table
 from .np_shape import _broadcast_to
-from ..tracing import Tracer, _build, _copy, _fail, _reshape, _setitem, lift
+from ..errors import _fail
+from ..indexing import _setitem
+from ..tracer import Tracer, _build, _copy, _reshape, lift
 
 
 def _positions(name: str, shape: tuple, indices) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Helpers shared by the modules that define the numpy surface (``np_*``, :mod:`numpy_api`):
-argument normalisation and the errors for arguments tapejit does not implement."""
+argument normalisation, the errors for arguments tapejit does not implement, and reductions
+along axes (:func:`_reduce`, :func:`_mean`: one ``reduce`` node, ``keepdims`` as a reshape)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import numpy as np
 
 from ...core import ops
 from ...core.ops import Op
-from ..tracing import _UNSET, Tracer, _binary, _current, _fail, _setitem, _where, lift
+from ..errors import _fail
+from ..indexing import _setitem
+from ..trace_state import _UNSET, _current
+from ..tracer import Tracer, _binary, _build, _reshape, _where, lift
 
 
 def _t(x: Any) -> Tracer:
@@ -89,3 +93,39 @@ def _masked(name: str, a, where, initial, identity: float, combine: Op, has_iden
     if initial is np._NoValue:
         return x, lambda r: r
     return x, lambda r: _binary(combine, r, initial)
+
+
+def _axes(x: Tracer, axis) -> tuple[int, ...] | None:
+    if axis is None:
+        return None
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    nd = lift(x).ndim
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -nd <= a < nd:
+            raise _fail(f"axis {a} is out of bounds for an array of dimension {nd}")
+        out.append(a % nd)
+    return tuple(out)
+
+
+def _reduce(op, x, axis=None, keepdims=False):
+    x = lift(x)
+    axes = _axes(x, axis)
+    if op == Op.REDUCE_MAX and any(x.shape[a] == 0 for a in (axes or range(x.ndim))):
+        raise _fail(  # numpy's error: max/min of nothing has no value (sum's is 0)
+            "zero-size array to reduction operation maximum/minimum which has no identity"
+        )
+    r = _build(lambda a: ops.reduce(op, a, axes), x)
+    if keepdims:
+        full = tuple(range(x.ndim)) if axes is None else axes
+        r = _reshape(r, tuple(1 if i in full else d for i, d in enumerate(x.shape)))
+    return r
+
+
+def _mean(x, axis=None, keepdims=False):
+    x = lift(x)
+    axes = _axes(x, axis)
+    count = x.size if axes is None else int(np.prod([x.shape[a] for a in axes]))
+    return _reduce(Op.REDUCE_SUM, x, axis, keepdims) / float(count)
+

@@ -23,7 +23,8 @@ import numpy as np
 
 from .np_common import _t
 from ...core.ops import Op
-from ..tracing import Tracer, _binary, _fail, _unary, _where
+from ..errors import _fail
+from ..tracer import Tracer, _binary, _unary, _where
 
 _TINY, _HUGE = -1100.0, 2100.0  # beyond these, every nonzero finite double gives 0 or inf
 _N = 2300.0  # an exponent n beyond ±_N scales every nonzero finite double to 0 or inf

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .np_common import _no_kwargs, _no_out, _t
+from .np_common import _no_kwargs, _no_out, _reduce, _t
 from ...core.ops import Op
-from ..tracing import Tracer, _reduce, _where
+from ..tracer import Tracer, _where
 
 
 def _truth(a) -> Tracer:

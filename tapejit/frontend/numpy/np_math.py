@@ -10,10 +10,11 @@ import math
 
 import numpy as np
 
-from .np_common import _axis, _float_dtype, _no_kwargs, _no_out, _t
+from .np_common import _axis, _float_dtype, _no_kwargs, _no_out, _reduce, _t
 from .np_shape import _broadcast_to, _diagonal, _moveaxis, _squeeze, _stack
 from ...core.ops import Op
-from ..tracing import _binary, _fail, _matmul, _reduce, _reshape, _transpose, _unary, _where, lift
+from ..errors import _fail
+from ..tracer import _binary, _matmul, _reshape, _transpose, _unary, _where, lift
 
 
 def _dot(a, b, out=None):

@@ -29,11 +29,12 @@ from typing import Callable
 
 import numpy as np
 
-from .np_common import _axis, _float_dtype, _no_kwargs, _no_out, _t
+from .np_common import _axis, _float_dtype, _no_kwargs, _no_out, _reduce, _t
 from .np_reduce import _max, _min, _prod, _scan, _sort, _sum
 from .np_shape import _expand_dims, _moveaxis, _stack
 from ...core.ops import Op
-from ..tracing import Tracer, _binary, _fail, _integer_array, _reduce, _reshape, _unary, _where
+from ..errors import _fail
+from ..tracer import Tracer, _binary, _integer_array, _reshape, _unary, _where
 
 
 def _isnan(x: Tracer) -> Tracer:

@@ -22,7 +22,10 @@ import numpy as np
 from ...core import ops
 from .np_common import _like, _no_kwargs, _t
 from .np_reduce import _max, _mean_fn, _median, _min
-from ..tracing import _UNSET, Tracer, _binary, _fail, _setitem
+from ..errors import _fail
+from ..indexing import _setitem
+from ..trace_state import _UNSET
+from ..tracer import Tracer, _binary
 from ...core.ops import Op
 
 _STATS: dict[str, Callable] = {

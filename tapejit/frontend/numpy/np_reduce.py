@@ -9,10 +9,11 @@ import math
 
 import numpy as np
 
-from .np_common import _axis, _float_dtype, _like, _masked, _no_kwargs, _no_out, _t
+from .np_common import _axis, _float_dtype, _like, _masked, _mean, _no_kwargs, _no_out, _reduce, _t
 from .np_shape import _concatenate, _expand_dims, _moveaxis, _squeeze, _stack
 from ...core.ops import Op
-from ..tracing import Tracer, _binary, _fail, _mean, _reduce, _reshape, _where, lift
+from ..errors import _fail
+from ..tracer import Tracer, _binary, _reshape, _where, lift
 
 
 def _sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=np._NoValue, where=True):

@@ -1,5 +1,5 @@
 """The numpy surface: the ufuncs, functions and index forms that trace, each a composition of IR
-primitives built through the tracer (:mod:`tapejit.frontend.tracing`).
+primitives built through the tracer (:mod:`tapejit.frontend.tracer`).
 
 Nothing here is a primitive: every function is written with the tracer's operations (elementwise
 ops, reductions, basic indexing, reshapes, ``matmul`` and in-place writes, which are ``scatter``
@@ -13,9 +13,11 @@ basic-index read per selected element into a new array, so its adjoint is one sc
 O(1) per index — never a dense one-hot array — and repeated indices accumulate (``np.add.at``).
 Index arrays must be known when tracing (constants, not traced values).
 
-``UFUNCS`` maps numpy ufunc names and ``FUNCTIONS`` numpy functions to their implementations; the
-tracer's ``__array_ufunc__`` / ``__array_function__`` look them up, and anything missing raises a
-:class:`~tapejit.frontend.tracing.TracingError` naming the numpy function.
+``UFUNCS`` maps numpy ufunc names and ``FUNCTIONS`` numpy functions to their implementations:
+they are the tables of :mod:`tapejit.frontend.registry`, filled when this module is imported (the
+package does that once); the tracer's ``__array_ufunc__`` / ``__array_function__`` look them up,
+and anything missing raises a :class:`~tapejit.frontend.errors.TracingError` naming the numpy
+function.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Callable
 import numpy as np
 
 from ...core import ops
+from .. import registry
 
 # ----------------------------------------------------------------------------------------------
 # The tables
@@ -116,8 +119,6 @@ from .np_shape import (
     _squeeze,
     _stack,
     _swapaxes,
-    _take,
-    _take_along_axis,
     _tile,
     _trace,
     _tril,
@@ -125,19 +126,14 @@ from .np_shape import (
     _vstack,
 )
 
-# the tracer's index and object-array hooks (tapejit/frontend/tracing.py looks them up here)
 from .np_at import ufunc_at
 from .np_float import _frexp, _ldexp
-from .np_assemble import from_objects as from_objects
-from .np_assemble import object_elements as object_elements
-from .np_assemble import shared_with_numpy as shared_with_numpy
-from .np_shape import advanced_getitem as advanced_getitem
-from .np_shape import advanced_setitem as advanced_setitem
-from .np_shape import is_basic_key as is_basic_key
+from .np_index import _take, _take_along_axis
 from ...core.ops import Op
-from ..tracing import Tracer, _binary, _copy, _power, _reshape, _transpose, _unary, _where, lift
+from ..tracer import Tracer, _binary, _copy, _power, _reshape, _transpose, _unary, _where, lift
 
-UFUNCS: dict[str, Callable[..., Tracer]] = {
+UFUNCS: dict[str, Callable[..., Tracer]] = registry.UFUNCS  # the tracer looks names up there
+UFUNCS.update({
     # the primitives, by the numpy names their block in tapejit/core/ops.py declares
     **{alias: _primitive(op) for op in ops.OPS.values() for alias in op.numpy},
     # compositions
@@ -206,10 +202,11 @@ UFUNCS: dict[str, Callable[..., Tracer]] = {
     "gammaincc": _sp._gammaincc,
     "exp1": _sp.lifted(_sp._exp1),
     "expi": _sp.lifted(_sp._expi),
-}  # fmt: skip
+})  # fmt: skip
 
 #: numpy ufunc methods other than ``__call__``: (ufunc name, method) -> implementation
-UFUNC_METHODS: dict[tuple[str, str], Callable[..., Tracer]] = {
+UFUNC_METHODS: dict[tuple[str, str], Callable[..., Tracer]] = registry.UFUNC_METHODS
+UFUNC_METHODS.update({
     ("add", "reduce"): lambda a, axis=0, dtype=None, out=None, keepdims=False, **kw: _sum(a, axis, dtype, out, keepdims, **kw),
     ("multiply", "reduce"): lambda a, axis=0, dtype=None, out=None, keepdims=False, **kw: _prod(a, axis, dtype, out, keepdims, **kw),
     ("maximum", "reduce"): lambda a, axis=0, dtype=None, out=None, keepdims=False, **kw: _max(a, axis, out, keepdims, **kw),
@@ -217,14 +214,15 @@ UFUNC_METHODS: dict[tuple[str, str], Callable[..., Tracer]] = {
     ("logaddexp", "reduce"): _logsumexp,
     ("add", "accumulate"): lambda a, axis=0, dtype=None, out=None: _no_out(out, "add.accumulate") or _scan(a, axis, Op.ADD, 0.0),
     ("multiply", "accumulate"): lambda a, axis=0, dtype=None, out=None: _no_out(out, "multiply.accumulate") or _scan(a, axis, Op.MUL, 1.0),
-}  # fmt: skip
+})  # fmt: skip
 
 #: ``ufunc.at`` for every numpy ufunc above (tapejit/frontend/numpy/np_at.py)
 UFUNC_METHODS.update(
     {(n, "at"): functools.partial(ufunc_at, n, fn) for n, fn in UFUNCS.items() if isinstance(getattr(np, n, None), np.ufunc)}
 )  # fmt: skip
 
-FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
+FUNCTIONS: dict[Callable, Callable[..., Tracer]] = registry.FUNCTIONS
+FUNCTIONS.update({
     np.sum: _sum,
     np.max: _max,
     np.amax: _max,
@@ -319,7 +317,7 @@ FUNCTIONS: dict[Callable, Callable[..., Tracer]] = {
     np.real_if_close: lambda a, tol=100: _t(a),  # real values are returned as they are
     np.fft.fftshift: lambda x, axes=None: _fftshift(x, axes),
     np.fft.ifftshift: lambda x, axes=None: _fftshift(x, axes, inverse=True),
-}  # fmt: skip
+})  # fmt: skip
 
 from .numpy_linalg import FUNCTIONS as _LINALG  # noqa: E402  (it builds on the functions above)
 

@@ -30,13 +30,14 @@ import functools
 
 import numpy as np
 
-from .np_common import _axis, _like, _t
+from .np_common import _axis, _like, _reduce, _t
 from .np_math import _norm
 from .np_shape import _concatenate, _stack
 from ...core import ops
 from ..custom import custom_jvp
 from ...core.ops import Op
-from ..tracing import _build, _fail, _reduce, _reshape, _transpose, _where
+from ..errors import _fail
+from ..tracer import _build, _reshape, _transpose, _where
 
 
 def _square(a, name: str):

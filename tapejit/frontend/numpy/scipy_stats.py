@@ -39,7 +39,8 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..tracing import _PKG_DIR, Tracer, TracingError, _where, lift
+from ..errors import _PKG_DIR, TracingError
+from ..tracer import Tracer, _where, lift
 
 _METHODS = ("logpdf", "pdf", "cdf", "logcdf", "sf", "logsf")
 _LOG_PI = math.log(math.pi)
