@@ -2,7 +2,7 @@
 (``examples/element_loop.py``) — a Python loop over the elements of ``x``, each iteration a
 handful of scalar ops (``d = x[i+1] - x[i]``, ``s += exp(-d*d) + d/2``) — traces to ~15-20
 scalar nodes per element, all straight-line code. Lowering splits it into chained functions of
-``CHUNK_NODES`` nodes (``codegen/lower/driver.py``) so that LLVM's superlinear cost per function stays
+``CHUNK_NODES`` nodes (``codegen/lower/chunks.py``) so that LLVM's superlinear cost per function stays
 bounded: compile time should grow linearly in n.
 
 Tables: cold compile + first call (``cache=False``), and the steady-state gradient against the

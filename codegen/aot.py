@@ -33,7 +33,8 @@ import numpy as np
 from ..core.ir import Program
 
 from . import target
-from .lower.driver import ELEM, F64, I8, I32, I64, counters_symbol, lower
+from .lower import counters_symbol, lower
+from .lower.base import ELEM, F64, I8, I32, I64
 
 #: The wrapper's status when a dynamic length is outside ``[1, capacity]`` (guards are 1, 2 ...).
 BAD_LENGTH = -1

@@ -3,7 +3,7 @@ symmetric eigenproblems and ``dgesdd`` for singular value decompositions, from t
 scipy ships (``scipy.linalg.cython_blas`` and ``cython_lapack``), called by generated code
 through function pointers.
 
-:func:`tapejit.codegen.lower.driver` emits, for a matrix product of at least :data:`MIN_MULTIPLY_ADDS`
+:mod:`tapejit.codegen.lower.linalg` emits, for a matrix product of at least :data:`MIN_MULTIPLY_ADDS`
 multiply-adds, a call through the global :data:`SYMBOL` when it is set and its own loops when it
 is null; :func:`bind` sets it in a loaded code library. Without scipy (an optional dependency),
 and in exported object files, the pointer stays null and the loops run. ``dgemm`` allocates no

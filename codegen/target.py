@@ -77,7 +77,7 @@ def object_machine() -> llvm.TargetMachine:
 #: Modules defining at least this many functions (kernel functions, walker, straight-line
 #: chunks, entry points) are optimised without loop unrolling and without the SLP vectoriser.
 #: Such a module is a large model: many small kernels (the 16-wide layers of the DAG benchmark)
-#: or long scalar code split into chunks (codegen/lower/driver.py, CHUNK_NODES). Measured:
+#: or long scalar code split into chunks (codegen/lower/chunks.py, CHUNK_NODES). Measured:
 #:
 #: * unrolling cost a third of LLVM's optimisation time on the DAG model at V = 1000 (0.30 ->
 #:   0.20 s) and made its steady-state gradient *slower* (232-244 us without, 293-318 us with;

@@ -7,7 +7,7 @@ neighbouring elements. Its body is straight-line code, so tracing runs 6 iterati
 the loop from them (``tapejit/frontend/loops/loop_capture.py``): the compiled gradient is one vectorised sum
 and its adjoint, and compile time is the same for n = 100 and n = 10,000. (With capturing and
 re-rolling off, ``TAPEJIT_REROLL=0``, the loop is traced element by element into straight-line
-code, which ``codegen/lower/driver.py`` splits into chained functions of bounded size.) The gradient
+code, which ``codegen/lower/chunks.py`` splits into chained functions of bounded size.) The gradient
 is checked against the hand-derived, vectorised numpy gradient.
 """
 

@@ -32,7 +32,7 @@ from .codegen import cache as _cache
 from .codegen import fastcall as _fastcall
 from .codegen.cache import ObjectCache, cache_key
 from .codegen.jit import CodeLibrary, embed_record
-from .codegen.lower.driver import lower
+from .codegen.lower import lower
 from .core.ir import Graph, Program, digest
 from .core.ops import Op
 from .progress import Progress, log

@@ -657,7 +657,7 @@ def test_asm_annotation_names_every_kernel(loop_file, model, shape):
 def test_asm_annotation_of_shared_and_chunked_functions(loop_file, monkeypatch):
     """Kernel functions shared by identical kernels list them all; straight-line chunks say
     where in the plan they start (annotate_asm in-process, so lower.py can be patched)."""
-    import tapejit.codegen.lower.driver as lower
+    import tapejit.codegen.lower.chunks as lower
 
     target = f"{loop_file}:layers"
     x = np.random.default_rng(0).uniform(0.1, 1.0, (4,))

@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from llvmlite import ir
-from tapejit.codegen.mathlib import core as mathlib
+from tapejit.codegen.mathlib import exp as mathlib
 
 from tapejit.core.ops import Op
 from test_mathlib import Compiled

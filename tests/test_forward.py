@@ -31,7 +31,7 @@ from tapejit import passes
 from tapejit.frontend import tracing
 from tapejit.codegen import entry
 from tapejit.codegen.jit import CodeLibrary
-from tapejit.codegen.lower.driver import lower
+from tapejit.codegen.lower import lower
 from tapejit.core.ir import Graph, Type
 
 from test_ops import CASES, Case  # the op table's case generators, by group

@@ -1,4 +1,4 @@
-"""Length-polymorphic kernel functions (``codegen/lower/driver.py``: ``Interface``, ``SHARE_MIN``).
+"""Length-polymorphic kernel functions (``codegen/lower/kernels.py``: ``Interface``, ``SHARE_MIN``).
 
 A kernel function is keyed on the kernel's body, not on its sizes: kernels that differ only in
 their trip count, or in the offsets and strides at which they read their operands, share one
@@ -23,7 +23,7 @@ from tapejit.ad import autodiff
 from tapejit.core import interpret
 from tapejit import passes
 from tapejit.frontend import tracing
-from tapejit.codegen.lower import driver as lowering
+from tapejit.codegen import lower as lowering
 from tapejit.passes.memplan import plan
 
 RNG = np.random.default_rng(20261124)

@@ -13,7 +13,7 @@ import numpy as np
 
 from tapejit.core import interpret, ops
 from tapejit import passes
-from tapejit.codegen.lower.driver import lower
+from tapejit.codegen.lower import lower
 from tapejit.core.ir import Graph, Node, Type
 from test_forward import run_native  # optimise, plan, lower, run once (NaN-filled buffers)
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tapejit as tj
-from tapejit.codegen.lower.driver import CHUNK_NODES
+from tapejit.codegen.lower.chunks import CHUNK_NODES
 from tapejit.ad import autodiff
 from tapejit.core import interpret, ops
 from tapejit import passes
@@ -745,13 +745,13 @@ def test_chunk_boundaries_everywhere(monkeypatch, k):
     store, reload, tail call, guard status through the chain); values, gradients and batches
     must not change. (Within rounding, not bit for bit: a reduction's ``reassoc`` lets LLVM
     order its sum differently when the code around it differs.)"""
-    import tapejit.codegen.lower.driver
+    import tapejit.codegen.lower.chunks
     from tapejit.frontend.loops import loop_source
 
     monkeypatch.setattr(loop_source, "ENABLED", False)  # the element loop as straight-line code
     f, x = _tiny_chunk_models()[k]
     plain = tj.compile(f, x, cache=False)
-    monkeypatch.setattr(tapejit.codegen.lower.driver, "CHUNK_NODES", 3)
+    monkeypatch.setattr(tapejit.codegen.lower.chunks, "CHUNK_NODES", 3)
     chunked = tj.compile(f, x, cache=False, on_guard_failure="raise")
     assert chunked.ir("llvm").count(f'@"tj_{chunked.name}.c') >= 2
     v0, g0 = plain.value_and_grad(x)

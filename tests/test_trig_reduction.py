@@ -1,4 +1,4 @@
-"""sin and cos for every finite argument: the Payne-Hanek path of codegen/mathlib/core.py (|x| > 2^50)
+"""sin and cos for every finite argument: the Payne-Hanek path of codegen/mathlib/trig.py (|x| > 2^50)
 and its seam with the Cody-Waite path, against mpmath (the independent oracle, 200 bits).
 
 Values through the mathlib loop kernels and the scalar copies of tests/test_mathlib.py;

@@ -1,8 +1,8 @@
 """Lowering of the linear-algebra ops (:data:`tapejit.core.ops.LINALG`): ``matmul`` as loops or a
 call of the host's BLAS ``dgemm``, ``eigh`` and ``svd`` as calls of the host's LAPACK
 (``dsyevd``, ``dgesdd``) through function pointers that :mod:`tapejit.codegen.blas` binds.
-Part of :mod:`tapejit.codegen.lower.driver` (its ``LOWER`` table's ``"linalg"`` row), in a module of
-its own because it is one concern: the memory layouts and calling conventions of BLAS/LAPACK.
+Registered as the ``"linalg"`` row of :data:`.lowering.LOWER`; a module of its own because it is
+one concern: the memory layouts and calling conventions of BLAS/LAPACK.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from ...core.ir import Node
 from ...core.ops import Op
 
 from .. import blas
-from .driver import F64, I8, I8P, I32, I64, Lowering
+from .base import F64, I8, I8P, I32, I64
+from .lowering import LOWER, Lowering
 
 
 def _lower_matmul(L: Lowering, n: Node) -> None:
@@ -252,3 +253,6 @@ def _matmul_loops(L: Lowering, n: Node, m, k, cols) -> None:
                 p = b.gep(out, [b.add(row, j, flags=("nsw",))], inbounds=True)
                 y = L.load(bm, b.add(brow, j, flags=("nsw",)))
                 b.store(b.fadd(b.load(p), b.fmul(x, y), flags=("contract",)), p)
+
+
+LOWER["linalg"] = _lower_linalg

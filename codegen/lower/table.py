@@ -1,7 +1,8 @@
 """Lowering of the table-indexed primitives ``take``, ``add_at`` and ``put``
 (:mod:`tapejit.core.ops_table`):
 a loop over the table, each position converted from its f64 value to an element offset.
-Part of :mod:`tapejit.codegen.lower.driver` (its ``LOWER`` table's ``"index"`` row dispatches here).
+Registered into :data:`.lowering.INDEX_OPS` (the ``LOWER`` table's ``"index"`` row dispatches
+there).
 
 The table is a constant input whose values the graph's builder checked (whole numbers in
 ``[0, n)``), so the generated code indexes with them directly.
@@ -14,7 +15,8 @@ import math
 from ...core.ir import Node
 from ...core.ops import Op
 
-from .driver import I64, Lowering
+from .base import I64
+from .lowering import INDEX_OPS, Lowering
 
 
 def _row(L: Lowering, idx: Node, t, width: int):
@@ -71,4 +73,4 @@ def _lower_rows_into(L: Lowering, n: Node, add: bool) -> None:
                 L.store_to(base, dst, u, n.dtype)
 
 
-TABLE_OPS = {Op.TAKE: lower_take, Op.ADD_AT: lower_add_at, Op.PUT: lower_put}
+INDEX_OPS.update({Op.TAKE: lower_take, Op.ADD_AT: lower_add_at, Op.PUT: lower_put})

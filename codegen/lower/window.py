@@ -1,8 +1,9 @@
 """Lowering of the ragged-window primitives ``window`` and ``window_add``
 (:mod:`tapejit.core.ops_window`): a loop nest over the layout's rows ``k`` and their positions ``m``,
 the rows of the operand addressed as ``a + c*k + d*m`` — an affine inner loop, vectorised like
-a hand-written triangular double loop. Part of :mod:`tapejit.codegen.lower.driver` (its ``LOWER``
-table's ``"index"`` row dispatches here).
+a hand-written triangular double loop. Registered into :data:`.lowering.INDEX_OPS` (the
+``LOWER`` table's ``"index"`` row dispatches there); the loops over rows and positions
+(:func:`ragged_nest`) are the registry's, as fused loops reading windows run in them too.
 
 The attributes were checked when the node was built (every row read is in bounds), so the
 generated code indexes without a check.
@@ -11,51 +12,12 @@ generated code indexes without a check.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 
 from ...core.ir import Node
 from ...core.ops import Op
 
-from .driver import I64, Lowering
-
-
-@contextmanager
-def rows(L: Lowering, attrs: tuple):
-    """``for k in range(T)``: yields ``(k, L(k), base(k))`` as i64 values."""
-    T, L0, dL = attrs[:3]
-    b = L.b
-    with L.loop(T) as k:
-        # base(k) = L0*k + dL*k*(k-1)/2, exact in i64 (k*(k-1) is even)
-        tri = b.sdiv(b.mul(k, b.sub(k, I64(1)), flags=("nsw",)), I64(2))
-        yield k, L.affine([k], L0, (dL,)), L.affine([k, tri], 0, (L0, dL))
-
-
-@contextmanager
-def ragged_nest(L: Lowering, attrs: tuple, space: tuple, hint: int = 0):
-    """The loops over ``space = (P, *S)`` of a ragged layout ``attrs[:3]``: rows ``k``, their
-    positions ``m`` (the vectorised loop, with the interleave ``hint``), then ``S``. Yields
-    ``([p, *s], (k, m))`` with ``p = base(k) + m`` the flat position, as
-    :meth:`Lowering.nest` yields ``[p, *s]``. A fused loop whose body reads windows runs in
-    it, and so do the standalone ops."""
-    b = L.b
-    with rows(L, attrs) as (k, length, base):
-        with L.loop(length, hint) as m:
-            p = b.add(base, m, flags=("nsw",))
-            with L.nest(tuple(space[1:])) as rest:
-                yield [p, *rest], (k, m)
-
-
-def row_element(L: Lowering, attrs: tuple, dims: tuple, row: tuple, rest: list):
-    """Element offset, in an array of extents ``dims``, of row ``a + c*k + d*m`` of window
-    position ``row = (k, m)`` and inner index ``rest``."""
-    a, c, d = attrs[3:]
-    return L.affine([L.affine(list(row), a, (c, d)), *rest], 0, L.c_strides(dims))
-
-
-def window_element(L: Lowering, n: Node, row: tuple, rest: list):
-    """Element offset in ``window`` ``n``'s operand of the element at row position ``row =
-    (k, m)`` and inner index ``rest``."""
-    return row_element(L, n.attrs, L.shape(n.args[0]), row, rest)
+from .base import I64
+from .lowering import INDEX_OPS, Lowering, ragged_nest, row_element, rows, window_element
 
 
 def lower_window(L: Lowering, n: Node) -> None:
@@ -95,4 +57,4 @@ def lower_window_add(L: Lowering, n: Node) -> None:
             add_into(b.add(at, r, flags=("nsw",)), b.load(s))
 
 
-WINDOW_OPS = {Op.WINDOW: lower_window, Op.WINDOW_ADD: lower_window_add}
+INDEX_OPS.update({Op.WINDOW: lower_window, Op.WINDOW_ADD: lower_window_add})

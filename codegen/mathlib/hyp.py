@@ -1,5 +1,5 @@
-"""The exp family's IR bodies: ``exp2``, ``sinh``, ``cosh`` and ``cbrt`` (imported by
-codegen/mathlib/core.py above its ``MATH`` table; the helpers come from there).
+"""The exp family's IR bodies: ``exp2``, ``sinh``, ``cosh`` and ``cbrt`` (the helpers come
+from :mod:`.core`).
 
 Branch-free like the rest of mathlib: every range is computed and the right one selected, integer
 work on the bit pattern for exponents, no fast-math flags. The polynomials were fitted here (a
@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import math
 
+from ...core.ops import Op
+
 from .core import (
     EXP_SHIFT,
     LN2_HI,
     LN2_LO,
     LN2_TAIL,
     LOG2E,
+    MATH,
     SHIFT,
     SQRT2_HI,
     SQRT2_TAIL,
+    Math,
     _bits,
     _c,
     _clamp,
@@ -48,7 +52,7 @@ EXP2_Q = [0.5, 0.16666666666666596, 0.04166666666666724, 0.008333333333651192,
 
 
 def _exp2(b, x):
-    """2^x by :func:`codegen.mathlib._exp`'s scheme (two-entry table 2^(j/2), e^r = 1 + u), the
+    """2^x by :func:`.exp._exp`'s scheme (two-entry table 2^(j/2), e^r = 1 + u), the
     reduction done in base 2: n = round(2x), f = x - n/2 exactly (|f| <= 1/4), 2^x =
     2^(n div 2) 2^(j/2) e^(f ln 2) with j = n mod 2. The reduced argument r = f ln 2 + t_j (t_j
     the table's tail, see :func:`_exp`) is rounded once: one fma of f by ``ln 2`` rounded to
@@ -228,3 +232,21 @@ def _cbrt(b, x):
     y = b.fmul(y, b.select(sub, _c(2.0**-108), _c(1.0)))
     y = b.select(_eq(b, a, _c(math.inf)), a, y)
     return _intrinsic(b, "llvm.copysign", y, x)
+
+
+#: This family's rows of the math table (:data:`.core.MATH`).
+MATH.update({
+    Op.EXP2:    Math(1, body=_exp2, ulp=1, ulp_ld=0.9, domains=(
+        ("[-1074, 1023.9]", "uniform", -1074.5, 1023.9), ("[-1, 1]", "uniform", -1, 1),
+        ("subnormal results", "uniform", -1074.5, -1020))),
+    Op.SINH:    Math(1, body=_sinh, ulp=1, ulp_ld=1.0, domains=(
+        ("[-1, 1]", "uniform", -1, 1), ("[-25, 25]", "uniform", -25, 25),
+        ("[-710.475, 710.475]", "uniform", -710.475, 710.475), ("1e-300..1", "log", -300, 0),
+        ("-1e-300..-1", "-log", -300, 0))),
+    Op.COSH:    Math(1, body=_cosh, ulp=1, ulp_ld=1.0, domains=(
+        ("[-1, 1]", "uniform", -1, 1), ("[-25, 25]", "uniform", -25, 25),
+        ("[-710.475, 710.475]", "uniform", -710.475, 710.475), ("1e-300..1", "log", -300, 0))),
+    Op.CBRT:    Math(1, body=_cbrt, ulp=1, ulp_ld=0.8, domains=(
+        ("[-10, 10]", "uniform", -10, 10), ("[0.5, 8]", "uniform", 0.5, 8),
+        ("subnormal..1e308", "log", -323.3, 308.2), ("-subnormal..-1e308", "-log", -323.3, 308.2))),
+})  # fmt: skip

@@ -1,4 +1,5 @@
-"""The log family as branch-free IR: log2, log10, arcsinh, arccosh and arctanh.
+"""The log family as branch-free IR: log and log1p (FDLIBM's e_log.c and s_log1p.c, its kernel
+in the even/odd form), and log2, log10, arcsinh, arccosh and arctanh.
 
 Each is one range reduction x = 2^k m (m in [sqrt(2)/2, sqrt(2))) and one evaluation of FDLIBM's
 log kernel (s = f/(2 + f), f = m - 1, and its Remez polynomial ``LG`` in s^2, here by Horner's
@@ -33,19 +34,24 @@ import math
 from decimal import Context, Decimal
 from fractions import Fraction
 
+from ...core.ops import Op
+
 from .core import (
-    _LN2,
     F64,
     LG,
     LN2_HI,
     LN2_LO,
+    MATH,
     MIN_NORMAL,
+    _LN2,
+    Math,
     _c,
     _eq,
     _fast_two_sum,
     _fma,
     _gt,
     _horner,
+    _i,
     _intrinsic,
     _isnan,
     _lt,
@@ -69,7 +75,7 @@ BIG = 2.0**28
 
 def _log_kernel(b, m):
     """(f, s, hfsq, R) of FDLIBM's log(1 + f) = f - hfsq + s (hfsq + R) for m = 1 + f,
-    s = f/(2 + f), R = R(s^2) from ``LG``: :func:`codegen.mathlib._log_kernel` with R by Horner's
+    s = f/(2 + f), R = R(s^2) from ``LG``: :func:`_fdlibm_log_kernel` with R by Horner's
     rule in s^2 (two operations fewer than its even/odd split; measured 6% faster in a gradient
     loop, where the many independent elements hide the longer dependency chain) and 2 + f formed
     as m + 1 (the same double; one constant and one dependent step fewer, ~2% faster)."""
@@ -82,7 +88,7 @@ def _log_kernel(b, m):
 
 def _log_parts(b, x):
     """(dk, f, s, hfsq, R) for finite x > 0, subnormals scaled by 2^54 (as in
-    :func:`codegen.mathlib._log_parts`, with the kernel above)."""
+    :func:`_fdlibm_log_parts`, with the kernel above)."""
     sub = _lt(b, x, _c(MIN_NORMAL))
     xs = b.select(sub, b.fmul(x, _c(2.0**54)), x)
     m, k = _reduce_exponent(b, xs)
@@ -238,3 +244,89 @@ def _arctanh(b, x):
     res = b.select(b.fcmp_unordered(">=", a, _c(1.0)), _c(math.nan), res)  # NaN in too
     res = b.select(_eq(b, a, _c(1.0)), _c(math.inf), res)
     return _intrinsic(b, "llvm.copysign", res, x)
+
+
+# ----------------------------------------------------------------------------------------------
+# log and log1p: FDLIBM's reduction and kernel (Lg1..Lg7 split into even and odd terms).
+
+
+def _fdlibm_log_parts(b, x):
+    """(dk, f, s, hfsq, R) of FDLIBM's log reduction of finite x > 0 (subnormals scaled by 2^54):
+    x = 2^k (1 + f), 1 + f in [sqrt(2)/2, sqrt(2)), s = f / (2 + f), R = R(s^2) from ``LG``."""
+    sub = _lt(b, x, _c(MIN_NORMAL))
+    xs = b.select(sub, b.fmul(x, _c(2.0**54)), x)
+    m, k = _reduce_exponent(b, xs)
+    dk = b.fadd(b.sitofp(k, F64), b.select(sub, _c(-54.0), _c(0.0)))
+    return (dk, *_fdlibm_log_kernel(b, b.fsub(m, _c(1.0))))
+
+
+def _fdlibm_log_kernel(b, f):
+    s = b.fdiv(f, b.fadd(_c(2.0), f))
+    z = b.fmul(s, s)
+    w = b.fmul(z, z)
+    t1 = b.fmul(w, _horner(b, w, LG[1::2]))  # w (Lg2 + w Lg4 + w^2 Lg6)
+    t2 = b.fmul(z, _horner(b, w, LG[0::2]))  # z (Lg1 + w Lg3 + w^2 Lg5 + w^3 Lg7)
+    hfsq = b.fmul(b.fmul(_c(0.5), f), f)
+    return f, s, hfsq, b.fadd(t2, t1)
+
+
+def _log(b, x):
+    """log(x): FDLIBM's reduction x = 2^k (1+f), log(1+f) = f - hfsq + s (hfsq + R(s^2)) with
+    s = f/(2+f), evaluated as k LN2_HI - ((hfsq - (s (hfsq + R) + k LN2_LO)) - f).
+    Special values: log(0) = -inf, log(x<0) = NaN, log(inf) = inf, NaN -> NaN."""
+    dk, f, s, hfsq, r = _fdlibm_log_parts(b, x)
+    inner = b.fadd(b.fmul(s, b.fadd(hfsq, r)), b.fmul(dk, _c(LN2_LO)))
+    res = b.fsub(b.fmul(dk, _c(LN2_HI)), b.fsub(b.fsub(hfsq, inner), f))
+    res = b.select(_eq(b, x, _c(math.inf)), x, res)
+    res = b.select(_lt(b, x, _c(0.0)), _c(math.nan), res)
+    res = b.select(_eq(b, x, _c(0.0)), _c(-math.inf), res)
+    return b.select(_isnan(b, x), x, res)
+
+
+def _log1p(b, x):
+    """log(1+x): FDLIBM's s_log1p.c scheme. u = 1 + x is reduced like :func:`_log`; the rounding
+    error of u is recovered exactly as c = (1 - (u - x)) or (x - (u - 1)) and added as c/u.
+    log1p(±0) = ±0, log1p(-1) = -inf, log1p(x < -1) = NaN, log1p(inf) = inf, NaN -> NaN."""
+    u = b.fadd(_c(1.0), x)
+    m, k = _reduce_exponent(b, u)
+    dk = b.sitofp(k, F64)
+    big = b.icmp_signed(">=", k, _i(2))
+    c = b.select(big, b.fsub(_c(1.0), b.fsub(u, x)), b.fsub(x, b.fsub(u, _c(1.0))))
+    c = b.fdiv(c, u)
+    c = b.select(b.icmp_signed(">=", k, _i(54)), _c(0.0), c)
+    f, s, hfsq, r = _fdlibm_log_kernel(b, b.fsub(m, _c(1.0)))
+    res = b.fadd(b.fmul(s, b.fadd(hfsq, r)), b.fadd(b.fmul(dk, _c(LN2_LO)), c))
+    res = b.fadd(b.fadd(b.fsub(res, hfsq), f), b.fmul(dk, _c(LN2_HI)))
+    res = b.select(_eq(b, x, _c(math.inf)), x, res)
+    res = b.select(_lt(b, x, _c(-1.0)), _c(math.nan), res)
+    res = b.select(_eq(b, x, _c(-1.0)), _c(-math.inf), res)
+    res = b.select(_eq(b, x, _c(0.0)), x, res)
+    return b.select(_isnan(b, x), x, res)
+
+
+#: This family's rows of the math table (:data:`.core.MATH`).
+MATH.update({
+    Op.LOG:     Math(1, body=_log, ulp=1, ulp_ld=0.85, domains=(
+        ("subnormal..1e308", "log", -323.5, 308.2), ("near 1", "uniform", 0.9, 1.1),
+        ("[0.5, 2]", "uniform", 0.5, 2))),
+    Op.LOG1P:   Math(1, body=_log1p, ulp=1, ulp_ld=0.85, domains=(
+        ("[-0.9, 10]", "uniform", -0.9, 10), ("|x| in 1e-20..1e-2", "-log", -20, -2),
+        ("1e-300..1e300", "log", -300, 300))),
+    Op.LOG2:    Math(1, body=_log2, ulp=1, ulp_ld=0.75, domains=(
+        ("subnormal..1e308", "log", -323.5, 308.2), ("near 1", "uniform", 0.9, 1.1),
+        ("[0.5, 2]", "uniform", 0.5, 2))),
+    Op.LOG10:   Math(1, body=_log10, ulp=1, ulp_ld=0.75, domains=(
+        ("subnormal..1e308", "log", -323.5, 308.2), ("near 1", "uniform", 0.9, 1.1),
+        ("[0.5, 2]", "uniform", 0.5, 2))),
+    Op.ARCSINH: Math(1, body=_arcsinh, ulp=1, ulp_ld=0.75, domains=(
+        ("[-10, 10]", "uniform", -10, 10), ("[-1, 1]", "uniform", -1, 1),
+        ("1e-300..1e300", "log", -300, 300), ("-1e-300..-1e300", "-log", -300, 300),
+        ("1e7..1e10 (the 2^28 switch)", "log", 7, 10))),
+    Op.ARCCOSH: Math(1, body=_arccosh, ulp=1, ulp_ld=0.75, domains=(
+        ("[1, 10]", "uniform", 1, 10), ("x near 1", "near", 1.0, -1),
+        ("1..1e300", "log", 0, 300), ("1e7..1e10 (the 2^28 switch)", "log", 7, 10))),
+    Op.ARCTANH: Math(1, body=_arctanh, ulp=1, ulp_ld=0.75, domains=(
+        ("(-1, 1)", "uniform", -1, 1), ("[-0.5, 0.5]", "uniform", -0.5, 0.5),
+        ("1e-300..1e-1", "log", -300, -1), ("-1e-300..-1e-1", "-log", -300, -1),
+        ("x near 1", "near", 1.0, -1), ("x near -1", "near", -1.0, -1))),
+})  # fmt: skip

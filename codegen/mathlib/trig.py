@@ -1,10 +1,14 @@
-"""tan, arcsin and arccos as branch-free LLVM IR (rows of :data:`codegen.mathlib.MATH`).
+"""sin, cos and tan as branch-free LLVM IR, with their range reductions.
 
-Built on the helpers of :mod:`codegen.mathlib` (imported from there at the end of its helper
-section, so this module sees them defined). Polynomials and rational functions fitted here: a
-Remez exchange in mpmath (60 digits) minimising the error relative to the final result, with the
-leading coefficient fixed to its double (1/3, 1/6) and the others rounded to double afterwards;
-the bounds quoted are those of the rounded coefficients, sampled on 20001 points.
+sin and cos: FDLIBM's minimax kernels (``k_sin.c`` coefficients ``S1..S6``, ``k_cos.c``
+``C1..C6``) after a four-part Cody-Waite reduction by pi/2 for |x| <= 2^50 (in line), and for
+|x| > 2^50 a Payne-Hanek reduction by the 2/pi table of :mod:`.core` on a cold path: a branch to
+a function with vector variants (:func:`_sincos_large`, :func:`_lanewise`), which the
+vectoriser calls once per vector of x. tan shares the reductions (a three-part one in line up
+to 2^30, the cold path beyond). Polynomials and rational functions fitted here: a Remez exchange
+in mpmath (60 digits) minimising the error relative to the final result, with the leading
+coefficient fixed to its double (1/3) and the others rounded to double afterwards; the bounds
+quoted are those of the rounded coefficients, sampled on 20001 points.
 """
 
 from __future__ import annotations
@@ -13,18 +17,21 @@ import math
 
 import llvmlite.ir as ir
 
+from ...core.ops import Op
+
 from .core import (
-    _PI,
+    COS_C,
     F64,
+    MATH,
     PIO2,
     SHIFT,
-    TRIG_LANES,
+    SIN_C,
     TRIG_MAX,
+    TRIG_TABLE,
     TWO_OVER_PI,
+    Math,
     _bits,
     _c,
-    _compiler_used,
-    cold_path,
     _double,
     _eq,
     _fast_two_sum,
@@ -32,15 +39,260 @@ from .core import (
     _gt,
     _horner,
     _i,
-    _internal,
     _intrinsic,
-    _lanewise,
     _lt,
-    _reduce_pio2,
-    _reduce_pio2_large,
-    _split,
     _two_sum,
 )
+
+
+# ----------------------------------------------------------------------------------------------
+# sin and cos
+
+
+def _reduce_pio2(b, x):
+    """(q, rh, rl): q = nearest integer to x 2/pi (a double), x - q pi/2 = rh + rl.
+
+    q is rounded from x * (2/pi) as a double-double, so it is the nearest integer for |x| <=
+    2^50. The remainder uses pi/2 = P0 + P1 + P2 + P3 (~212 bits) with exact products by fma
+    (q P = h + l): x - h0 is exact (Sterbenz), the next terms are summed with error-free
+    two-sums, the smallest ones in plain double. Accurate to ~2^-100 |x| absolute for
+    |x| <= 2^50 (a four-part Cody-Waite reduction); beyond, :func:`_reduce_pio2_large`."""
+    qh = b.fmul(x, _c(TWO_OVER_PI[0]))
+    q0 = _intrinsic(b, "llvm.roundeven", qh)
+    d = b.fadd(_fma(b, x, _c(TWO_OVER_PI[0]), b.fneg(q0)), b.fmul(x, _c(TWO_OVER_PI[1])))
+    q = b.fadd(q0, _intrinsic(b, "llvm.roundeven", d))
+    h0 = b.fmul(q, _c(PIO2[0]))
+    l0 = _fma(b, q, _c(PIO2[0]), b.fneg(h0))
+    h1 = b.fmul(q, _c(PIO2[1]))
+    l1 = _fma(b, q, _c(PIO2[1]), b.fneg(h1))
+    h2 = b.fmul(q, _c(PIO2[2]))
+    s = b.fsub(x, h0)  # exact
+    y0, e0 = _two_sum(b, s, b.fneg(h1))
+    y1, e1 = _two_sum(b, y0, b.fneg(l0))
+    tail = b.fsub(b.fsub(b.fadd(e0, e1), l1), b.fadd(h2, b.fmul(q, _c(PIO2[3]))))
+    rh, rl = _fast_two_sum(b, y1, tail)
+    return q, rh, rl
+
+
+def _trig_table_row(b, x):
+    """Pointer to the row of :data:`TRIG_TABLE` for the exponent of x (clamped to the table, so
+    any x, NaN and inf included, reads inside it). The table is one internal constant per
+    module, defined on first use."""
+    name = "tapejit.math.two_over_pi"
+    table = b.module.globals.get(name)
+    if table is None:
+        ty = ir.ArrayType(F64, len(TRIG_TABLE))
+        table = ir.GlobalVariable(b.module, ty, name=name)
+        table.linkage = "internal"
+        table.global_constant = True
+        table.unnamed_addr = True
+        table.initializer = ir.Constant(ty, TRIG_TABLE)
+    row = b.sub(b.and_(b.lshr(_bits(b, x), _i(52)), _i(0x7FF)), _i(1023 + 50))  # e - 50
+    row = b.select(b.icmp_signed("<", row, _i(0)), _i(0), row)
+    last = len(TRIG_TABLE) // 4 - 1
+    row = b.select(b.icmp_signed(">", row, _i(last)), _i(last), row)
+    return b.gep(table, [_i(0), b.shl(row, _i(2))], inbounds=True)
+
+
+def _reduce_pio2_large(b, x):
+    """(q, rh, rl) as :func:`_reduce_pio2` for |x| > 2^50 (Payne-Hanek: the bits of 2/pi that
+    matter for the exponent of x, from a table).
+
+    x = M 2^k with M an integer (|M| in [2^52, 2^53), signed like x) and k = e - 52, so
+    x 2/pi = M (2^k 2/pi) = M T(k) (mod 4), T(k) = t0 + t1 + t2 + t3 from :data:`TRIG_TABLE`.
+    The products M ti (i < 3) are exact two-products hi + lo; multiples of 4 are dropped from
+    M t0 exactly, the integer part n of the leading sum is split off exactly, and the fraction
+    f = x 2/pi - n (mod 4) in [-1/2, 1/2] (up to 2^-46) is summed with error-free two-sums down
+    to the terms below 2^-97, then as a double-double times pi/2 (rh + rl). The absolute error
+    of f is ~2^-148, so even the closest double to a multiple of pi/2 (6381956970095103 2^797,
+    |f| ~ 2^-61) keeps ~2^-85 relative accuracy. Ideas from FDLIBM's ``__kernel_rem_pio2``
+    and SLEEF's ``rempi`` (a table row per exponent); the exact-grid formulation is ours."""
+    bits = _bits(b, x)
+    mag = _double(b, b.or_(b.and_(bits, _i(0x000FFFFFFFFFFFFF)), _i(1075 << 52)))  # 2^52 + frac
+    m = _intrinsic(b, "llvm.copysign", mag, x)
+    row = _trig_table_row(b, x)
+    t = [b.load(b.gep(row, [_i(j)], inbounds=True)) for j in range(4)]
+    h0, h1, h2 = (b.fmul(m, tj) for tj in t[:3])
+    l0, l1, l2 = (_fma(b, m, tj, b.fneg(hj)) for tj, hj in zip(t[:3], (h0, h1, h2)))
+    r0 = _fma(b, _intrinsic(b, "llvm.roundeven", b.fmul(h0, _c(0.25))), _c(-4.0), h0)  # exact
+    a = b.fadd(r0, l0)  # exact: multiples of 2^-50 below 6 in magnitude
+    s, se = _two_sum(b, a, h1)
+    n = _intrinsic(b, "llvm.roundeven", s)
+    f0 = b.fsub(s, n)  # exact
+    s1, e1 = _two_sum(b, se, l1)
+    s2, e2 = _two_sum(b, s1, h2)
+    s3, e3 = _two_sum(b, f0, s2)
+    lo = b.fadd(e3, b.fadd(e2, b.fadd(e1, b.fadd(l2, b.fmul(m, t[3])))))
+    fh, fl = _fast_two_sum(b, s3, lo)
+    rh = b.fmul(fh, _c(PIO2[0]))
+    rl = _fma(b, fh, _c(PIO2[0]), b.fneg(rh))
+    rl = b.fadd(rl, _fma(b, fh, _c(PIO2[1]), b.fmul(fl, _c(PIO2[0]))))
+    rh, rl = _fast_two_sum(b, rh, rl)
+    return n, rh, rl
+
+
+def _sin_kernel(b, x, y):
+    """sin(x + y), |x| <= ~pi/4, |y| tiny (FDLIBM k_sin.c form)."""
+    z = b.fmul(x, x)
+    w = b.fmul(z, z)
+    r = b.fadd(_horner(b, z, SIN_C[1:4]), b.fmul(b.fmul(z, w), _horner(b, z, SIN_C[4:])))
+    v = b.fmul(z, x)
+    inner = b.fsub(b.fmul(z, b.fsub(b.fmul(_c(0.5), y), b.fmul(v, r))), y)
+    return b.fsub(x, b.fsub(inner, b.fmul(v, _c(SIN_C[0]))))
+
+
+def _cos_kernel(b, x, y):
+    """cos(x + y), |x| <= ~pi/4, |y| tiny (FDLIBM k_cos.c form)."""
+    z = b.fmul(x, x)
+    w = b.fmul(z, z)
+    r = b.fadd(b.fmul(z, _horner(b, z, COS_C[:3])), b.fmul(b.fmul(w, w), _horner(b, z, COS_C[3:])))
+    hz = b.fmul(_c(0.5), z)
+    one_m = b.fsub(_c(1.0), hz)
+    corr = b.fadd(b.fsub(b.fsub(_c(1.0), one_m), hz), b.fsub(b.fmul(z, r), b.fmul(x, y)))
+    return b.fadd(one_m, corr)
+
+
+def _sincos_eval(b, x, cos: bool, q, rh, rl):
+    """sin or cos of x = q pi/2 + rh + rl: both kernels, selected by the quadrant q mod 4
+    (computed in double: q - 4 floor(q/4)); sin(±0) = ±0, ±inf and NaN give NaN."""
+    sn = _sin_kernel(b, rh, rl)
+    cs = _cos_kernel(b, rh, rl)
+    quad = b.fsub(q, b.fmul(_c(4.0), _intrinsic(b, "llvm.floor", b.fmul(q, _c(0.25)))))
+    if cos:
+        quad = b.fadd(quad, _c(1.0))
+        quad = b.select(_eq(b, quad, _c(4.0)), _c(0.0), quad)
+    odd = b.or_(_eq(b, quad, _c(1.0)), _eq(b, quad, _c(3.0)))
+    res = b.select(odd, cs, sn)
+    res = b.select(b.fcmp_ordered(">=", quad, _c(2.0)), b.fneg(res), res)
+    if not cos:
+        res = b.select(_eq(b, x, _c(0.0)), x, res)
+    ok = b.fcmp_ordered("<", _intrinsic(b, "llvm.fabs", x), _c(math.inf))
+    return b.select(ok, res, _c(math.nan))
+
+
+def _sincos(b, x, cos: bool):
+    """sin or cos for every double: |x| <= 2^50 (TRIG_MAX) by :func:`_reduce_pio2` in line, larger
+    |x| (and ±inf, which give NaN) by a call to the cold path :func:`_sincos_large`, taken
+    only when |x| > 2^50 (a branch; in a vectorised loop the call goes to the vector variant,
+    which returns at once unless a lane needs it). One accuracy bound for all finite x."""
+    q, rh, rl = _reduce_pio2(b, x)
+    res = _sincos_eval(b, x, cos, q, rh, rl)
+    return cold_path(b, x, res, TRIG_MAX, _sincos_large(b.module, cos))
+
+
+def cold_path(b, x, res, limit: float, large: ir.Function):
+    """``res`` (the in-line result), or ``large(x)`` where |x| > ``limit`` (and for ±inf,
+    NaN): a branch to a call of the cold path, which a vectorised loop takes only when a lane
+    needs it."""
+    big = _gt(b, _intrinsic(b, "llvm.fabs", x), _c(limit))
+    head, cold, join = b.block, b.append_basic_block("large"), b.append_basic_block("join")
+    b.cbranch(big, cold, join)
+    b.position_at_end(cold)
+    value = b.call(large, [x])
+    b.branch(join)
+    b.position_at_end(join)
+    out = b.phi(F64)
+    out.add_incoming(res, head)
+    out.add_incoming(value, cold)
+    return out
+
+
+#: vector widths of the cold path's variants (the loop vectoriser picks one of them)
+TRIG_LANES = (2, 4, 8, 16)
+
+
+def _sincos_large(module: ir.Module, cos: bool) -> ir.Function:
+    """``tapejit.math.<sin|cos>.large``: the function for |x| > 2^50 (:func:`_reduce_pio2_large`)
+    and ±inf (NaN), defined once per module with vector variants ``.large.v<N>`` registered
+    through the ``vector-function-abi-variant`` attribute (so a loop that calls it still
+    vectorises) and kept by ``llvm.compiler.used`` until the vectoriser has run. A variant
+    tests its lanes and returns at once if none has |x| > 2^50; otherwise it calls the scalar
+    function for those lanes. Marked ``memory(none)`` (it only reads the constant table)."""
+    name = f"tapejit.math.{'cos' if cos else 'sin'}.large"
+    fn = module.globals.get(name)
+    if fn is not None:
+        return fn
+    fn = _internal(module, name, F64, [F64])
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    x = fn.args[0]
+    b.ret(_sincos_eval(b, x, cos, *_reduce_pio2_large(b, x)))
+    variants = [_lanewise(module, fn, n) for n in TRIG_LANES]
+    mapping = ",".join(f"_ZGV_LLVM_N{n}v_{name}({v.name})" for n, v in zip(TRIG_LANES, variants))
+    # llvmlite's attribute set only accepts its known names: add the string attribute directly
+    set.add(fn.attributes, f'"vector-function-abi-variant"="{mapping}"')
+    _compiler_used(module, variants)
+    return fn
+
+
+def _internal(module, name, ret, args) -> ir.Function:
+    fn = ir.Function(module, ir.FunctionType(ret, args), name=name)
+    fn.linkage = "internal"
+    for attr in ("nounwind", "noinline", "memory(none)", "willreturn", "nosync"):
+        set.add(fn.attributes, attr)  # memory(none), willreturn, nosync: unknown to llvmlite
+    return fn
+
+
+def _lanewise(module, scalar: ir.Function, n: int, limit: float = TRIG_MAX) -> ir.Function:
+    """``<scalar>.v<n>``: the scalar function applied to the lanes with |x| > ``limit`` (those
+    with a NaN or inf included); the other lanes return x unchanged (the caller ignores them)."""
+    vec = ir.VectorType(F64, n)
+    fn = _internal(module, f"{scalar.name}.v{n}", vec, [vec])
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    x = fn.args[0]
+    lim = ir.Constant(vec, [limit] * n)
+    need = b.or_(b.fcmp_ordered(">", x, lim), b.fcmp_ordered("<", x, b.fneg(lim)))
+    mask = b.bitcast(need, ir.IntType(n))
+    entry, loop = b.block, fn.append_basic_block("lane")
+    call, nxt, done = (fn.append_basic_block(s) for s in ("call", "next", "done"))
+    b.cbranch(b.icmp_unsigned("!=", mask, ir.Constant(ir.IntType(n), 0)), loop, done)
+    b.position_at_end(loop)  # for i in range(n): if need[i]: acc[i] = scalar(x[i])
+    i, acc = b.phi(ir.IntType(32)), b.phi(vec)
+    i.add_incoming(ir.Constant(ir.IntType(32), 0), entry)
+    acc.add_incoming(x, entry)
+    b.cbranch(b.extract_element(need, i), call, nxt)
+    b.position_at_end(call)
+    upd = b.insert_element(acc, b.call(scalar, [b.extract_element(x, i)]), i)
+    b.branch(nxt)
+    b.position_at_end(nxt)
+    new = b.phi(vec)
+    new.add_incoming(acc, loop)
+    new.add_incoming(upd, call)
+    i1 = b.add(i, ir.Constant(ir.IntType(32), 1))
+    i.add_incoming(i1, nxt)
+    acc.add_incoming(new, nxt)
+    b.cbranch(b.icmp_unsigned("<", i1, ir.Constant(ir.IntType(32), n)), loop, done)
+    b.position_at_end(done)
+    out = b.phi(vec)
+    out.add_incoming(x, entry)
+    out.add_incoming(new, nxt)
+    b.ret(out)
+    return fn
+
+
+def _compiler_used(module: ir.Module, fns: list[ir.Function]) -> None:
+    """Append ``fns`` to the module's ``llvm.compiler.used`` (created on first use)."""
+    ptr = ir.IntType(8).as_pointer()
+    gv = module.globals.get("llvm.compiler.used")
+    old = [] if gv is None else list(gv.initializer.constant)
+    refs = old + [f.bitcast(ptr) for f in fns]
+    ty = ir.ArrayType(ptr, len(refs))
+    if gv is None:
+        gv = ir.GlobalVariable(module, ty, name="llvm.compiler.used")
+        gv.linkage = "appending"
+        gv.section = "llvm.metadata"
+    gv.value_type = ty  # the array grows with each op that registers variants
+    gv.initializer = ir.Constant(ty, refs)
+
+
+def _sin(b, x):
+    """sin(x); see :func:`_sincos`."""
+    return _sincos(b, x, cos=False)
+
+
+def _cos(b, x):
+    """cos(x); see :func:`_sincos`."""
+    return _sincos(b, x, cos=True)
+
 
 # ----------------------------------------------------------------------------------------------
 # tan
@@ -136,7 +388,7 @@ def _tan_large(module: ir.Module) -> ir.Function:
     """``tapejit.math.tan.large``: tan for |x| > TAN_FAST_MAX (2^30) and +-inf (NaN): by the
     four-part :func:`_reduce_pio2` up to 2^50, the 2/pi table beyond; with vector variants for
     the vectoriser (each handles only its lanes above 2^30), as
-    :func:`codegen.mathlib._sincos_large` does for sin and cos."""
+    :func:`_sincos_large` does for sin and cos."""
     name = "tapejit.math.tan.large"
     fn = module.globals.get(name)
     if fn is not None:
@@ -158,74 +410,16 @@ def _tan_large(module: ir.Module) -> ir.Function:
     return fn
 
 
-# ----------------------------------------------------------------------------------------------
-# arcsin and arccos
-
-#: asin(s) = s + s z P(z), z = s^2 in [0, 1/4]: a degree-12 polynomial fitted by the Remez
-#: exchange to (asin(sqrt z)/sqrt z - 1)/z, error relative to asin(s) (P[0] fixed to fl(1/6));
-#: 2^-59.5 with the coefficients rounded to double.
-ASIN_P = [0.16666666666666666, 0.07499999999990897, 0.04464285715860319, 0.030381943375213157,
-          0.022372198222874465, 0.017351885321429318, 0.013977807588519665,
-          0.011421814373991293, 0.010660024403327717, 0.004134604884683384,
-          0.020719612276407007, -0.01966732148305932, 0.03183202674043752]  # fmt: skip
-PIO2_DD = [PIO2[0], PIO2[1]]
-PI_DD = _split(_PI, 2)
-#: bits of 1/s ~ RECIP_MAGIC - bits(s) for normal s (within 12.5%): enough for the tail of sqrt
-RECIP_MAGIC = 0x7FDE6238502484BA
-
-
-def _asin_core(b, x):
-    """(big, u, tail) with asin|x| = u + tail for |x| <= 1/2 and
-    2 asin(sqrt((1 - |x|)/2)) = u + tail above (so asin|x| = pi/2 - (u + tail) there).
-
-    Below 1/2: u = a = |x|, z = a^2; above: z = (1 - a)/2 (exact), s = sqrt(z) with its
-    rounding error sl = (z - s^2)/(2s) (the remainder exact by fma, 1/s from the bit pattern to
-    12%, which is plenty for a term below ulp(s)), u = 2s (exact). One polynomial in z serves
-    both: tail = u z P(z) (+ 2 sl). |x| > 1 gives z < 0, so s and everything after it NaN."""
-    a = _intrinsic(b, "llvm.fabs", x)
-    big = _gt(b, a, _c(0.5))
-    zb = b.fmul(b.fsub(_c(1.0), a), _c(0.5))
-    z = b.select(big, zb, b.fmul(a, a))
-    s = _intrinsic(b, "llvm.sqrt", zb)
-    rs = _double(b, b.sub(_i(RECIP_MAGIC), _bits(b, s)))  # ~1/s
-    sl2 = b.fmul(_fma(b, b.fneg(s), s, zb), rs)  # 2 sl
-    u = b.select(big, b.fadd(s, s), a)
-    ul = b.select(big, sl2, _c(0.0))
-    p = b.fmul(z, _horner(b, z, ASIN_P))
-    tail = _fma(b, u, p, ul)
-    return big, u, tail
-
-
-def _arcsin(b, x):
-    """asin(x) = sign(x) asin|x|: for |x| <= 1/2, a + a z P(z) (z = a^2); above,
-    pi/2 - 2 asin(sqrt((1 - a)/2)) with pi/2 a double-double and the leading subtraction by an
-    exact fast two-sum (:func:`_asin_core`). Both computed, one selected; the sign by
-    copysign (asin(-0) = -0). NaN outside [-1, 1] and for NaN, as numpy. Measured 0.65 ulp
-    (long double reference; numpy's own arcsin: 0.84), the worst just above |x| = 1/2."""
-    big, u, tail = _asin_core(b, x)
-    kh = b.select(big, _c(PIO2_DD[0]), _c(0.0))
-    kl = b.select(big, _c(PIO2_DD[1]), _c(0.0))
-    su = b.select(big, b.fneg(u), u)
-    st = b.select(big, b.fneg(tail), tail)
-    hh, he = _fast_two_sum(b, kh, su)
-    res = b.fadd(hh, b.fadd(he, b.fadd(kl, st)))
-    return _intrinsic(b, "llvm.copysign", res, x)
-
-
-def _arccos(b, x):
-    """acos(x) from the core of :func:`_arcsin`: pi/2 - asin(x) for |x| <= 1/2,
-    2 asin(sqrt((1 - x)/2)) for x > 1/2, pi - 2 asin(sqrt((1 + x)/2)) for x < -1/2; pi/2 and pi
-    as double-doubles, the leading sum an exact fast two-sum, then one rounding of the rest.
-    NaN outside [-1, 1] and for NaN, as numpy. Measured 0.63 ulp (numpy's own: 0.82)."""
-    big, u, tail = _asin_core(b, x)
-    neg = _lt(b, x, _c(0.0))
-    zero = _c(0.0)
-    kh = b.select(big, b.select(neg, _c(PI_DD[0]), zero), _c(PIO2_DD[0]))
-    kl = b.select(big, b.select(neg, _c(PI_DD[1]), zero), _c(PIO2_DD[1]))
-    # u + tail is subtracted for |x| <= 1/2 with x >= 0 (-0 included) and for x < -1/2
-    minus = b.xor(big, neg)
-    minus = b.xor(minus, ir.Constant(ir.IntType(1), 1))
-    su = b.select(minus, b.fneg(u), u)
-    st = b.select(minus, b.fneg(tail), tail)
-    hh, he = _fast_two_sum(b, kh, su)
-    return b.fadd(hh, b.fadd(he, b.fadd(kl, st)))
+#: This family's rows of the math table (:data:`.core.MATH`).
+MATH.update({
+    Op.SIN:     Math(1, body=_sin, ulp=1, ulp_ld=0.9, domains=(
+        ("[-10, 10]", "uniform", -10, 10), ("[-1e5, 1e5]", "uniform", -1e5, 1e5),
+        ("1e5..1e15", "log", 5, 15))),
+    Op.COS:     Math(1, body=_cos, ulp=1, ulp_ld=0.9, domains=(
+        ("[-10, 10]", "uniform", -10, 10), ("[-1e5, 1e5]", "uniform", -1e5, 1e5),
+        ("1e5..1e15", "-log", 5, 15))),
+    Op.TAN:     Math(1, body=_tan, ulp=1, ulp_ld=0.8, domains=(
+        ("[-pi/4, pi/4]", "uniform", -0.7854, 0.7854), ("[-10, 10]", "uniform", -10, 10),
+        ("[-1e5, 1e5]", "uniform", -1e5, 1e5), ("1e-300..1e-1", "log", -300, -1),
+        ("-1e5..-1e300", "-log", 5, 300))),
+})  # fmt: skip

@@ -348,7 +348,7 @@ def canonical_body(body: list[Node]) -> list[Node]:
     commutative op in order of their hashes. The bodies of one loop over different rows (the
     row-by-row Lennard-Jones model's kernels, whose commutative operands hash-consing orders
     by digests that depend on the row) then come out in one order, so their kernels share one
-    key and one function (:class:`tapejit.codegen.lower.driver.Interface`). Ties keep the given order:
+    key and one function (:class:`tapejit.codegen.lower.kernels.Interface`). Ties keep the given order:
     tied subtrees are alike, so either order spells one key."""
     if len(body) < 3:
         return body

@@ -35,7 +35,7 @@ from ..codegen import blas as _blas
 from ..codegen import entry as _entry
 from ..codegen import fastcall as _fastcall
 from ..codegen.cache import ObjectCache, text
-from ..codegen.lower.driver import counters_symbol
+from ..codegen.lower import counters_symbol
 from ..core.ir import Graph, flat_guards
 from .. import passes
 from ..progress import Progress, log, wanted
