@@ -17,7 +17,7 @@ from tapejit.frontend import tracing
 from tapejit.core.ops import Op
 from tapejit.passes.reroll import driver as rr
 from tapejit.passes.reroll import sums as rs
-from tapejit.passes.reroll.match import _chains
+from tapejit.passes.reroll.chains import _chains
 
 RNG = np.random.default_rng(44)
 

@@ -19,7 +19,7 @@ from ...core import ops
 from ...core.ir import Node
 from ...core.ops import Op
 from ...core.ops_window import layout_size, window, window_add
-from .match import _Fail
+from .common import _Fail
 
 _ELEMENTWISE = frozenset(ops.ELEMENTWISE)
 

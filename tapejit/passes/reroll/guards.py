@@ -38,7 +38,7 @@ from typing import Callable
 from ...core import ir, ops, ops_table
 from ...core.ir import Graph, Node
 from ...core.ops import Op
-from .match import MIN_RUN, _split_items
+from .common import MIN_RUN, _scanned, _split_items
 
 #: Most node pairs compared when matching one guard's condition against the reference.
 MAX_COND = 64
@@ -308,8 +308,6 @@ def _vectorised(ref: Node, leaves: _Leaves, T: int, table) -> Node:
     """The reference condition computed for all ``T`` guards at once: element reads scanned
     (``x[a + b*k]``, k < T, as one strided slice), per-guard numbers from a table, the rest
     as it is; shape ``(T,)``."""
-    from .driver import _scanned  # reroll imports this module
-
     memo: dict[int, Node] = {}
     todo = [ref]
     while todo:  # the reference's inner nodes, operands first; leaves are not entered

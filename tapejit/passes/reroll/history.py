@@ -31,7 +31,7 @@ from __future__ import annotations
 from ...core import ops, ops_table
 from ...core.ir import Graph, Node
 from ...core.ops import Op
-from .match import MAX_PERIOD, MIN_RUN, _Fail, chain_depth
+from .common import MAX_PERIOD, MIN_RUN, _Fail, _replace_all, chain_depth
 
 #: The fewest history reads in a chain worth padding its other iterations for.
 MIN_READS = 4
@@ -92,8 +92,6 @@ def pad_history(g: Graph, chains: list[list[Node]]) -> tuple[Graph, int, frozens
     :func:`tapejit.passes.reroll.match._chains`) padded to one form (see the module
     docstring), how many iterations were padded, and the ids of the pads (``-0.0``
     constants, one per shape)."""
-    from .driver import _replace_all  # reroll imports this module
-
     mapping: dict[int, Node] = {}
     pads: dict[tuple, Node] = {}
     count = 0

@@ -49,7 +49,7 @@ from ...core import ops
 from ...core.ir import Node, _attr_key
 from ...core.ops import Op
 from .flat import _build, _Layout
-from .match import MIN_RUN, _Fail
+from .common import MIN_RUN, _Fail
 
 _COMMUTATIVE = frozenset(ops.COMMUTATIVE)
 _SHAPED = (Op.BROADCAST_TO, Op.RESHAPE)  # attrs are the result shape

@@ -34,7 +34,7 @@ from ...core import ir, ops, ops_table
 from ...core.ir import Node, Type
 from ...core.ops import Op
 from .guards import _bits, _Leaves, _vectorised
-from .match import MIN_RUN
+from .common import MIN_RUN
 
 #: The fewest terms of one shape summed as a vector.
 MIN_GROUP = MIN_RUN
