@@ -175,7 +175,9 @@ def test_closed_stdout_is_not_a_traceback():
         (["dump", f"{EAM}:nope", "--arg", "f64[3]"], [r"no function 'nope'", r"eam\.py"]),
         (["stats", f"{EAM}:np", "--arg", "f64[3]"], [r"no function 'np'"]),  # a module, not callable
         (["dump", EAM, "--arg", "f64[3]"], [r"bad target", r"FILE\.py:FUNC"]),
-        (["dump", TARGET, "--arg", "f32[3]"], [r"bad --arg 'f32\[3\]'", r"f64\[d0,d1,\.\.\.\]"]),
+        (["dump", TARGET, "--arg", "c128[3]"], [r"bad --arg 'c128\[3\]'", r"unknown dtype", r"f64, f32"]),
+        (["dump", TARGET, "--arg", "bool[3]"], [r"bad --arg 'bool\[3\]'", r"real numbers", r"i64"]),
+        (["dump", TARGET, "--arg", "f64[3]", "--mode", "grad_aux"], [r"--mode", r"invalid choice"]),
         (["dump", TARGET, "--arg", "f64[3"], [r"bad --arg 'f64\[3'"]),
         (["dump", TARGET, "--arg", "f64[a]"], [r"bad --arg 'f64\[a\]'"]),
         (["dump", TARGET, "--arg", "f64[-3]"], [r"bad --arg 'f64\[-3\]'"]),
@@ -188,7 +190,8 @@ def test_closed_stdout_is_not_a_traceback():
         ([], [r"required"]),
         (["cache", "bogus"], [r"invalid choice: 'bogus'"]),
     ],
-    ids=["missing file", "missing function", "not a function", "no colon", "bad dtype",
+    ids=["missing file", "missing function", "not a function", "no colon", "bad dtype", "bool",
+         "has_aux mode",
          "unclosed bracket", "bad dim", "negative dim", "bad spec word", "no --arg",
          "bad argnums", "wrong arity", "bad stage", "bad command", "no command", "bad cache action"],
 )  # fmt: skip
@@ -236,11 +239,28 @@ def test_help_lists_the_commands_and_every_stage():
     assert p.returncode == 0 and p.stderr == ""
     for command in ("dump", "stats", "cache", "ops"):
         assert re.search(rf"^\s+{command}\s+\S", p.stdout, re.M), command
+    stages = p.stdout[p.stdout.index("\nstages ") : p.stdout.index("\nmodes ")]
     for stage in tj.STAGES:  # one line each, saying what the stage is
-        (line,) = [ln for ln in p.stdout.splitlines() if re.match(rf"^\s+{re.escape(stage)}\s", ln)]
+        (line,) = [ln for ln in stages.splitlines() if re.match(rf"^\s+{re.escape(stage)}\s", ln)]
         assert len(line.split()) >= 5, line
         assert cli.STAGE_HELP[stage] in line
     assert set(cli.STAGE_HELP) == set(tj.STAGES)
+
+
+def test_version():
+    p = run("--version")
+    assert p.returncode == 0 and p.stderr == ""
+    assert p.stdout == f"tapejit {tj.__version__}\n"
+
+
+def test_help_lists_every_mode():
+    p = run("--help")
+    assert p.returncode == 0 and p.stderr == ""
+    assert set(cli.MODE_HELP) == set(cli._modes()) == set(tj.transforms.MODES) - {"grad_aux"}
+    modes = p.stdout[p.stdout.index("\nmodes ") : p.stdout.index("\nexamples:")]
+    for mode in cli._modes():  # one line each, with the compiled function's call
+        (line,) = [ln for ln in modes.splitlines() if re.match(rf"^\s+{mode}\s+\(", ln)]
+        assert cli.MODE_HELP[mode] in re.sub(r"\s+", " ", line), line
 
 
 @pytest.mark.parametrize(
@@ -248,7 +268,7 @@ def test_help_lists_the_commands_and_every_stage():
     [
         ("dump", ["--stage", "--format", "dot", "svg", "-o FILE", "--arg SPEC", "f64[d0,d1,...]",
                   "--argnums", "llvm-opt", "cluster"]),
-        ("stats", ["--json", "--arg SPEC", "time each compile stage", "each pass"]),
+        ("stats", ["--json", "--arg SPEC", "time each compile stage", "each pass", "--mode"]),
         ("cache", ["info", "clear", "TAPEJIT_CACHE_DIR"]),
         ("ops", ["primitive", "accuracy"]),
     ],
@@ -696,3 +716,118 @@ def test_export_reports_bad_names_and_paths():
     assert p.returncode == 2 and "C identifier" in p.stderr
     p = run("export", TARGET, "--arg", "f64[100]", "-o", "/etc/hostname/x")
     assert p.returncode == 1 and "/etc/hostname/x" in p.stderr and "Traceback" not in p.stderr
+
+
+# -- --arg dtypes ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "spec,dtype,shape",
+    [("f64[2,3]", np.float64, (2, 3)), ("f32[4]", np.float32, (4,)), ("float32[4]", np.float32, (4,)),
+     ("f16[2]", np.float16, (2,)), ("i64[5]", np.int64, (5,)), ("i32[]", np.int32, ()),
+     ("int16[3]", np.int16, (3,)), ("u8[3]", np.uint8, (3,)), ("I64[2]", np.int64, (2,))],
+)  # fmt: skip
+def test_arg_spec_dtypes(spec, dtype, shape):
+    (a,) = cli._example_args([spec])
+    assert np.shape(a) == shape and np.asarray(a).dtype == dtype
+    if np.dtype(dtype).kind == "f":
+        assert np.all((0.1 <= np.asarray(a)) & (np.asarray(a) < 1.0))
+    else:  # integers: away from zero, so that 1/x and log are defined
+        assert np.all((1 <= np.asarray(a)) & (np.asarray(a) < 10))
+
+
+def test_f64_example_inputs_unchanged():
+    """The seeded f64 inputs are what they were before other dtypes (the tests' in-process
+    compiles draw them the same way)."""
+    x, s = cli._example_args(["f64[100]", "f64"])
+    rng = np.random.default_rng(0)
+    assert np.array_equal(x, rng.uniform(0.1, 1.0, (100,))) and s == float(rng.uniform(0.1, 1.0))
+    assert type(s) is float
+
+
+def test_every_dtype_is_one_the_library_accepts():
+    """Each --arg dtype converts to float64 as tapejit.compile converts arguments, and bool,
+    which the library rejects, is not one of them."""
+    f = lambda x: np.sum(x * x)  # noqa: E731
+    for name, dtype in cli.DTYPES.items():
+        x = np.arange(1, 4).astype(dtype)
+        assert np.array_equal(tj.compile(f, x, cache=False)(x), 2.0 * x.astype(np.float64)), name
+    with pytest.raises(TypeError):
+        tj.compile(f, np.ones(3, dtype=bool), cache=False)
+
+
+def test_integer_arguments_end_to_end(tmp_path):
+    """An integer --arg reaches FUNC converted to float64 as the library converts it: the
+    trace prints it as f64, and the CLI's graph is the in-process one for the same input."""
+    src = tmp_path / "mixed.py"
+    src.write_text("import numpy as np\n\ndef f(x, w, k):\n    return np.sum(np.sin(x) * w) * k\n")
+    specs = ["f32[3]", "i64[3]", "i32"]
+    p = run("dump", f"{src}:f", *[a for s in specs for a in ("--arg", s)], "--stage", "opt")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("graph f(%x0: f64[3] active, %x1: f64[3] inactive, %x2: f64[] inactive)")
+    g = tj.compile(cli.load_function(f"{src}:f"), *cli._example_args(specs), cache=False)
+    assert p.stdout == g.ir("opt") + "\n"
+
+
+# -- --mode: the transformations -------------------------------------------------------------------
+def _argnums_of(mode: str):
+    return () if mode == "value" else 0
+
+
+@pytest.mark.parametrize("mode", ["grad", "jvp", "vjp", "jacfwd", "jacrev", "hvp", "hessian", "value"])
+def test_dump_mode_is_compile_with_that_mode(mode):
+    """``dump --mode M`` prints what ``tapejit.compile(..., mode=M)`` compiles; the dot stages
+    (the front end's pure functions) draw that same program."""
+    assert mode in cli._modes()
+    x = np.random.default_rng(0).uniform(0.1, 1.0, (5,))
+    fn = cli.load_function(TARGET)
+    g = tj.compile(fn, x, mode=mode, argnums=_argnums_of(mode), cache=False)
+    p = run("dump", TARGET, "--arg", "f64[5]", "--mode", mode, "--stage", "opt")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == g.ir("opt") + "\n"
+    stages = cli.front_end(fn, [x], cli._argnums(None, 1, mode), mode=mode)
+    for stage in ("trace", "grad", "opt", "plan"):
+        assert str(stages[stage]) == g.ir(stage), stage
+
+
+def test_stats_mode_title_and_figures():
+    p = run("stats", TARGET, "--arg", "f64[5]", "--mode", "hessian")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0].endswith("(f64[5]), mode hessian wrt argnums (0,)")
+    js = run("stats", TARGET, "--arg", "f64[5]", "--mode", "value", "--json")
+    assert js.returncode == 0, js.stderr
+    assert json.loads(js.stdout)["nodes"]["trace"] > 0
+    v = run("stats", TARGET, "--arg", "f64[5]", "--mode", "value")
+    assert v.returncode == 0 and "value wrt argnums ()" in v.stdout.splitlines()[0]
+
+
+def test_modes_take_the_functions_their_transformation_takes(tmp_path):
+    """jacfwd takes a vector FUNC (its Jacobian); hvp wants a scalar one: a clean failure."""
+    src = tmp_path / "vec.py"
+    src.write_text("import numpy as np\n\ndef f(x):\n    return np.sin(x) * 2.0\n")
+    p = run("dump", f"{src}:f", "--arg", "f64[3]", "--mode", "jacfwd", "--stage", "trace")
+    assert p.returncode == 0, p.stderr
+    assert re.match(r"graph \w+\(%x: f64\[3\] .*\) -> \(f64\[3,3\]\)$", p.stdout.splitlines()[0])
+    bad = run("dump", f"{src}:f", "--arg", "f64[3]", "--mode", "hvp")
+    assert_clean_failure(bad, r"TracingError", r"scalar")
+
+
+# -- the stats table's width -----------------------------------------------------------------------
+def test_stats_table_fits_in_100_columns():
+    """The widest model of examples/ (a pair loop: re-rolled, its figures a long row)."""
+    target = str(ROOT / "examples" / "pair_potential.py") + ":lj_pairs"
+    p = run("stats", target, "--arg", "f64[20,3]")
+    assert p.returncode == 0, p.stderr
+    table = p.stdout.splitlines()[1:]  # (the title names the file: as long as its path)
+    assert max(map(len, table)) <= 100, max(table, key=len)
+    assert re.search(r"^  re-rolled\s+iterations \d+, loops \d+", p.stdout, re.M)
+
+
+def test_format_stats_wraps_long_values_at_100_columns():
+    stats = {"nodes": {"trace": 3}, "kernels": 1,
+             "passes": {"simplify": {"nodes_before": 9, "nodes_after": 3, "seconds": 0.001,
+                                     "rules": {f"rule_{k}": k for k in range(30)}}},
+             "reroll": {f"figure_{k}": k for k in range(30)}, "novel": list(range(100))}  # fmt: skip
+    text = cli.format_stats(stats, "t")
+    assert max(map(len, text.splitlines())) <= 100
+    flat = re.sub(r"\s+", " ", text)
+    assert all(f"rule_{k} {k}" in flat and f"figure_{k} {k}" in flat for k in range(30))
+    assert json.dumps(list(range(100))) in flat

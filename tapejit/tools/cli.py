@@ -1,21 +1,31 @@
-"""Command line: ``tapejit dump FILE.py:FUNC --arg SPEC ... --stage STAGE [--format F]``,
-``tapejit stats ... [--json]``, ``tapejit cache info|clear``, ``tapejit ops`` (the table of
-primitives). ``tapejit --help`` lists the commands and the stages.
+"""Command line, argument parsing and the commands: ``tapejit dump FILE.py:FUNC --arg SPEC ...
+--stage STAGE [--format F] [--mode MODE]``, ``tapejit stats ... [--json]``, ``tapejit export``,
+``tapejit cache info|clear``, ``tapejit ops`` (the table of primitives), ``tapejit --version``.
+``tapejit --help`` lists the commands, the stages and the modes. The stats table is
+:mod:`tapejit.tools.cli_stats`; the annotated assembly, :mod:`tapejit.tools.cli_annotate`.
 
 The stages are the pipeline's stages (:data:`tapejit.STAGES`, described in :data:`STAGE_HELP`):
 ``trace`` (forward graph), ``grad`` (joint graph after reverse mode), ``opt`` (after the
 passes), ``plan`` (schedule + memory plan), ``llvm`` (lowered LLVM IR), ``llvm-opt`` (after
 LLVM's O3 pipeline), ``asm`` (host assembly, each function headed by a comment naming the part
-of the plan it implements: :func:`annotate_asm`).
+of the plan it implements: :func:`tapejit.tools.cli_annotate.annotate_asm`).
+
+``--mode`` (``dump`` and ``stats``) compiles another transformation than the gradient,
+``tapejit.compile(..., mode=MODE)``: ``jvp``, ``vjp``, ``jacfwd``, ``jacrev``, ``hvp``,
+``hessian``, ``value`` (:data:`MODE_HELP` says what each compiled function takes); its
+``trace`` stage is the transformation's program (:mod:`tapejit.transforms`).
 
 ``--format dot`` prints the trace/grad/opt/plan stage as Graphviz DOT (:mod:`tapejit.tools.dot`);
 ``--format svg|png -o FILE`` renders it with the optional ``graphviz`` package and Graphviz's
 ``dot`` program (exit status 2 and a message saying what to install when either is missing).
-``tapejit stats`` prints an aligned table (:func:`format_stats`); ``--json`` prints
-``grad.stats`` as JSON.
+``tapejit stats`` prints an aligned table at most 100 columns wide
+(:func:`tapejit.tools.cli_stats.format_stats`); ``--json`` prints ``grad.stats`` as JSON.
 
-An ``--arg`` SPEC is ``f64[d0,d1,...]`` (``f64`` or ``f64[]`` for a scalar); example inputs are
-drawn uniformly from [0.1, 1) with a fixed seed (a positive range keeps log/sqrt models defined).
+An ``--arg`` SPEC is ``DTYPE[d0,d1,...]`` (``DTYPE`` or ``DTYPE[]`` for a scalar), ``DTYPE`` one
+of :data:`DTYPES` (``f64``, ``f32``, ``i64``, ``i32``, ...: what ``tapejit.compile`` converts to
+float64 exactly; numpy's names such as ``float32`` too). Example inputs are drawn with a fixed
+seed, floats uniformly from [0.1, 1) (a positive range keeps log/sqrt models defined), integers
+from [1, 10), and passed in their dtype: the library converts them as it converts any caller's.
 Failures print one ``tapejit: error: ...`` line on stderr: exit status 1 when FUNC cannot be
 loaded or compiled, 2 for bad usage and missing optional software.
 """
@@ -34,18 +44,42 @@ from typing import Any
 
 import numpy as np
 
-from ..core.ops import Op
+from .cli_annotate import annotate_asm, entry_symbol
+from .cli_stats import format_stats
 
-_SPEC = re.compile(r"^f64(?:\[([0-9,\s]*)\])?$")
+# -- --arg SPEC: dtype and shape -----------------------------------------------------------------
+
+#: The dtypes an ``--arg`` may name: those whose values ``tapejit.compile`` converts to float64
+#: exactly (:func:`tapejit.frontend.tracing._input_type`, :mod:`tapejit.runtime.signature`: a
+#: safe cast; not bool, not complex). Short names and numpy's names.
+DTYPES = {
+    "f64": np.float64, "f32": np.float32, "f16": np.float16,
+    "i64": np.int64, "i32": np.int32, "i16": np.int16, "i8": np.int8,
+    "u64": np.uint64, "u32": np.uint32, "u16": np.uint16, "u8": np.uint8,
+}  # fmt: skip
+_ALIASES = {np.dtype(d).name: short for short, d in DTYPES.items()}  # float32 -> f32 ...
+_SPEC = re.compile(r"^([a-z][a-z0-9]*)(?:\[([0-9,\s]*)\])?$")
 
 
-def parse_spec(spec: str) -> tuple[int, ...]:
-    """``'f64[3,4]'`` -> ``(3, 4)``; raises ``ValueError`` with the accepted grammar."""
-    m = _SPEC.match(spec.strip())
+def parse_spec(spec: str) -> tuple[str, tuple[int, ...]]:
+    """``'f64[3,4]'`` -> ``('f64', (3, 4))``, ``'i64'`` -> ``('i64', ())`` (numpy's names,
+    ``float32[3]``, are accepted too). Raises ``ValueError`` with the accepted grammar and
+    dtypes (``bool``: tapejit does not take bool arguments)."""
+    m = _SPEC.match(spec.strip().lower())
     if not m:
-        raise ValueError(f"bad --arg {spec!r}: expected f64, f64[] or f64[d0,d1,...]")
-    dims = [d for d in (m.group(1) or "").replace(" ", "").split(",") if d]
-    return tuple(int(d) for d in dims)
+        raise ValueError(
+            f"bad --arg {spec!r}: expected DTYPE, DTYPE[] or DTYPE[d0,d1,...], "
+            f"DTYPE one of {', '.join(DTYPES)}"
+        )
+    name = _ALIASES.get(m.group(1), m.group(1))
+    if name not in DTYPES:
+        why = " (tapejit takes real numbers; pass bool masks as f64 0/1)" if "bool" in name else ""
+        raise ValueError(
+            f"bad --arg {spec!r}: unknown dtype {m.group(1)!r}{why}; the dtypes tapejit "
+            f"converts to float64 exactly are {', '.join(DTYPES)}"
+        )
+    dims = [d for d in (m.group(2) or "").replace(" ", "").split(",") if d]
+    return name, tuple(int(d) for d in dims)
 
 
 def load_function(target: str):
@@ -82,6 +116,36 @@ STAGE_HELP = {
     "asm": "host assembly; each function headed by a comment naming the plan part it runs",
 }
 
+#: The transformations ``--mode`` compiles (``tapejit.compile(..., mode=MODE)``; the modes of
+#: :data:`tapejit.transforms.MODES` but ``grad_aux``, which ``has_aux`` selects) and what the
+#: compiled function takes and returns (``tapejit --help`` prints this table).
+MODE_HELP = {
+    "grad": "(*args) -> the gradient of scalar FUNC wrt the --argnums arguments (default)",
+    "jvp": "(*args, *tangents) -> (*ys, *tangents of ys): forward mode, one tangent per "
+    "--argnums argument",
+    "vjp": "(*args, *cotangents) -> (*ys, *gradients): reverse mode, one cotangent per output",
+    "jacfwd": "(*args) -> the Jacobian of each output wrt each --argnums argument, shape "
+    "y.shape + x.shape (forward mode)",
+    "jacrev": "(*args) -> the same Jacobians by reverse mode",
+    "hvp": "(*args, v) -> H v, the Hessian of scalar FUNC times v (one --argnums argument)",
+    "hessian": "(*args) -> H, shape x.shape + x.shape (scalar FUNC, one --argnums argument)",
+    "value": "(*args) -> FUNC's outputs, not differentiated (--argnums defaults to none)",
+}
+
+
+def _modes() -> tuple[str, ...]:
+    from ..transforms import MODES
+
+    return tuple(m for m in MODES if m != "grad_aux")
+
+
+def modes_help() -> str:
+    """One line per ``--mode``, with what the compiled function takes and returns."""
+    modes = _modes()
+    width = max(map(len, modes))
+    return "\n".join(f"  {m:<{width}}  {MODE_HELP.get(m, '(see tapejit.compile)')}" for m in modes)
+
+
 #: The stages ``--format dot|svg|png`` can draw (graphs and the plan; the rest is text).
 DOT_STAGES = ("trace", "grad", "opt", "plan")
 FORMATS = ("text", "dot", "svg", "png")
@@ -115,20 +179,31 @@ def stages_help() -> str:
 
 
 def _example_args(specs: list[str]) -> list:
-    """The seeded example inputs for ``--arg`` specs (uniform in [0.1, 1))."""
+    """The seeded example inputs for ``--arg`` specs: floats uniform in [0.1, 1), integers
+    uniform in [1, 10), as arrays of the spec's dtype (scalars: a Python float for ``f64``, a
+    numpy scalar otherwise) that ``tapejit.compile`` converts to float64 as for any caller."""
     rng = np.random.default_rng(0)
     args = []
     for spec in specs:
-        shape = parse_spec(spec)
-        args.append(rng.uniform(0.1, 1.0, shape) if shape else float(rng.uniform(0.1, 1.0)))
+        name, shape = parse_spec(spec)
+        dtype = np.dtype(DTYPES[name])
+        if dtype.kind == "f":
+            value = rng.uniform(0.1, 1.0, shape)
+        else:
+            value = rng.integers(1, 10, shape)
+        if name == "f64":
+            args.append(value if shape else float(value))
+        else:
+            args.append(value.astype(dtype) if shape else dtype.type(value))
     if not args:
         raise ValueError("give at least one --arg, e.g. --arg 'f64[100]'")
     return args
 
 
-def _argnums(given: list[int] | None, nargs: int) -> tuple[int, ...]:
-    """``--argnums`` as non-negative positions (the checks ``tapejit.compile`` makes)."""
-    nums = tuple(given) if given else (0,)
+def _argnums(given: list[int] | None, nargs: int, mode: str = "grad") -> tuple[int, ...]:
+    """``--argnums`` as non-negative positions (the checks ``tapejit.compile`` makes); the
+    default is ``(0,)``, and ``()`` for ``--mode value`` (nothing differentiated)."""
+    nums = tuple(given) if given else (() if mode == "value" else (0,))
     out = []
     for a in nums:
         if not -nargs <= a < nargs:
@@ -144,396 +219,32 @@ def _compile(ns):
 
     fn = load_function(ns.target)
     args = _example_args(ns.arg)
-    argnums = tuple(ns.argnums) if ns.argnums else 0
-    return tapejit.compile(fn, *args, argnums=argnums)
+    if ns.argnums:
+        argnums = tuple(ns.argnums)
+    else:  # tapejit.compile's default (the gradient an array, not a tuple); value: none
+        argnums = () if ns.mode == "value" else 0
+    return tapejit.compile(fn, *args, argnums=argnums, mode=ns.mode)
 
 
-def front_end(fn, args: list, argnums: tuple[int, ...], upto: str = "plan") -> dict[str, Any]:
+def front_end(
+    fn, args: list, argnums: tuple[int, ...], upto: str = "plan", mode: str = "grad"
+) -> dict[str, Any]:
     """The pipeline's objects up to stage ``upto`` (``trace``, ``grad``, ``opt``, ``plan``):
-    the same pure functions ``tapejit.compile`` runs, so the same graphs and plan it compiles
-    (the IR is deterministic), without LLVM."""
-    from .. import pipeline
+    the same pure functions ``tapejit.compile(..., mode=mode)`` runs, so the same graphs and
+    plan it compiles (the IR is deterministic), without LLVM. For a mode other than ``grad``
+    the ``trace`` stage is the transformation's program (:func:`tapejit.transforms.program`)."""
+    from .. import pipeline, transforms
     from ..frontend import tracing
     from ..passes import trace_passes
 
-    trace, _ = trace_passes(tracing.trace(fn, args, argnums))
+    outputs = "scalar" if mode in transforms.SCALAR_MODES else "any"
+    trace, _ = trace_passes(tracing.trace(fn, args, argnums, outputs=outputs))
+    if mode != "grad":
+        trace = transforms.program(mode, trace, argnums, args)
     if upto == "trace":
         return {"trace": trace}
-    f = pipeline.front(trace, argnums)
+    f = pipeline.front(trace, argnums, program=mode != "grad")
     return {"trace": trace, "grad": f.grad, "opt": f.opt, "plan": f.plan}
-
-
-def entry_symbol(graph) -> str:
-    """The symbol of the compiled gradient's entry function for a graph of the pipeline (the
-    name ``tapejit.compile`` gives it: ``tj_`` and the traced function's name)."""
-    try:
-        from ..pipeline import symbol_of
-    except ImportError:  # the rule, should the pipeline module move
-        return f"tj_{graph.name}".replace("<", "_").replace(">", "_")
-    return symbol_of(graph)
-
-
-# -- annotated assembly --------------------------------------------------------------------------
-
-_ASM_FUNCTION = re.compile(r'^\s*\.type\s+"?([^",\s]+)"?\s*,\s*[@%#]function\b')
-_ASM_LABEL = re.compile(r'^"?([^":\s]+)"?:')
-_ASM_PREAMBLE = re.compile(
-    r"^\s*\.(globl|global|p2align|align|local|weak|hidden|private_extern|section|text)\b"
-)
-
-
-def _ranges(ks: list[int]) -> str:
-    """``[1, 2, 3, 7, 9, 11]`` -> ``'1-3, 7, 9, 11'``."""
-    out, i = [], 0
-    ks = sorted(set(ks))
-    while i < len(ks):
-        j = i
-        while j + 1 < len(ks) and ks[j + 1] == ks[j] + 1:
-            j += 1
-        out.append(str(ks[i]) if j == i else f"{ks[i]}-{ks[j]}")
-        i = j + 1
-    return ", ".join(out)
-
-
-def _op_list(nodes) -> str:
-    """The ops of a fused loop body in order, repeats counted: ``exp, 2 mul, reduce_sum``."""
-    counts: dict[str, int] = {}
-    for n in nodes:
-        counts[n.op] = counts.get(n.op, 0) + 1
-    return ", ".join(op if c == 1 else f"{c} {op}" for op, c in counts.items())
-
-
-def describe_kernel(prog, indices: list[int], names: dict[int, str]) -> str:
-    """``kernel 3: loop [100]: exp, mul, reduce_sum`` (several indices: a function shared by
-    structurally identical kernels)."""
-    from .dot import loop_summary
-
-    k = prog.kernels[indices[0]]
-    head = f"kernel {indices[0]}" if len(indices) == 1 else f"kernels {_ranges(indices)}"
-    if k.body:
-        what = f"loop [{','.join(map(str, k.space or ()))}]: {_op_list(k.body)}"
-    elif k.op is not None and k.op.op == Op.LOOP:
-        what = f"{names.get(id(k.op), '%?')} = {loop_summary(k.op.attrs[0])}"
-    elif k.op is not None:
-        what = f"{k.op.op} {k.op.type} (own loop nest)"
-    else:
-        what = "straight-line code"
-    return f"{head}: {what}"
-
-
-def _plan_parts(prog) -> tuple[dict[int, tuple], dict[str, list[tuple]]]:
-    """Every program of the plan (the top one and each loop's body and condition, recursively)
-    as ``id(program) -> (program, where, names)`` — ``where`` is ``""`` for the top program,
-    else e.g. ``loop body of %1`` — and ``repr(loop spec) -> [(reference, node, program)]``."""
-    from ..core.ir import format_graph
-
-    programs: dict[int, tuple] = {}
-    loops: dict[str, list[tuple]] = {}
-
-    def walk(p, where: str) -> None:
-        names: dict[int, str] = {}
-        format_graph(p.graph, names)  # the plan printer's names (%k)
-        programs[id(p)] = (p, where, names)
-        for n in p.graph.nodes:
-            lp = p.loops.get(id(n))
-            if lp is None:
-                continue
-            ref = names.get(id(n), "%?") + (f" in the {where}" if where else "")
-            loops.setdefault(repr(n.attrs[0]), []).append((ref, n, p))
-            walk(lp.body, f"loop body of {ref}")
-            if lp.cond is not None:
-                walk(lp.cond, f"loop condition of {ref}")
-
-    walk(prog, "")
-    return programs, loops
-
-
-def _function_notes(module, prog, symbol: str) -> tuple[dict[str, list[str]], dict[str, set]]:
-    """For every function of the lowered module: the lines describing the part of the plan it
-    implements, and the functions it calls."""
-    import llvmlite.ir as llir
-
-    from .dot import loop_summary
-
-    programs, loops = _plan_parts(prog)
-    notes: dict[str, list[str]] = {}
-    calls: dict[str, set] = {}
-    for fn in module.functions:
-        if not fn.blocks:  # a declaration (an LLVM intrinsic): not code of the plan
-            continue
-        calls[fn.name] = {
-            ins.callee.name
-            for block in fn.blocks
-            for ins in block.instructions
-            if isinstance(ins, llir.CallInstr) and isinstance(ins.callee, llir.Function)
-        }
-    # kernel functions: lower() records which (program, kernel) pairs each one computes
-    for name, uses in module.__dict__.get("_tapejit_kernels", {}).items():
-        by_prog: dict[int, list[int]] = {}
-        for p, k in uses:
-            j = next((j for j, kk in enumerate(p.kernels) if kk is k), None)
-            if j is not None:
-                by_prog.setdefault(id(p), []).append(j)
-        lines = []
-        for pid, js in by_prog.items():
-            p, where, names = programs.get(pid, (None, "?", {}))
-            if p is None:
-                continue
-            text = describe_kernel(p, js, names)
-            lines.append(f"{where}: {text}" if where else text)
-        notes[name] = lines
-    # loop bodies and conditions: lower() keeps "body:<spec>" / "cond:<spec>" -> function
-    sub_of: dict[str, Any] = {}
-    for key, fn in module.__dict__.get("_tapejit_subs", {}).items():
-        what, _, spec = key.partition(":")
-        users = loops.get(spec, [])
-        refs = " and ".join(ref for ref, _, _ in users) or "a loop"
-        title = "loop body" if what == "body" else "loop condition"
-        summary = loop_summary(users[0][1].attrs[0]) if users else ""
-        notes[fn.name] = [f"{title} of {refs}" + (f" ({summary})" if summary else "")]
-        if users:
-            _, n, p = users[0]
-            lp = p.loops[id(n)]
-            sub_of[fn.name] = lp.body if what == "body" else lp.cond
-    # loop nodes are lowered inline, into the function that runs their kernel's step
-    chunk_re = re.compile(re.escape(symbol) + r"\.c(\d+)$")
-    starts = sorted(
-        [(0, symbol)] + [(int(m.group(1)), f) for f in calls if (m := chunk_re.match(f))]
-    )
-    step, owner = 0, {}
-    for j, k in enumerate(prog.kernels):
-        step += len(k.pre)
-        if k.op is not None and k.op.op == Op.LOOP:
-            owner[j] = max((s, f) for s, f in starts if s <= step)[1]
-        if k.body or k.op is not None:
-            step += 1
-    names_top = programs[id(prog)][2]
-    for j, f in owner.items():
-        notes.setdefault(f, []).append(describe_kernel(prog, [j], names_top))
-    for f, sub in sub_of.items():
-        _, where, names = programs.get(id(sub), (None, "", {}))
-        for j, k in enumerate(sub.kernels):
-            if k.op is not None and k.op.op == Op.LOOP:
-                notes[f].append(f"{where}: {describe_kernel(sub, [j], names)}")
-    # the rest by name
-    for s, f in starts:
-        if f == symbol:
-            notes.setdefault(f, []).insert(
-                0, f"entry: {symbol}, the gradient function (straight-line code, kernel calls)"
-            )
-        else:
-            notes.setdefault(f, []).insert(
-                0, f"entry, continued: straight-line code from {_step_text(prog, s, names_top)}"
-            )
-    for f in calls:
-        if f.endswith(".walk"):
-            notes.setdefault(f, []).insert(
-                0, "call-tape walker: runs kernel calls listed in a constant table"
-            )
-        elif f.startswith("tapejit.math."):
-            notes.setdefault(f, [f"math library: {f[len('tapejit.math.') :]}"])
-    notes.setdefault(
-        symbol + "_fast", [f"fast-call entry: checks a Python call's arguments, then runs {symbol}"]
-    )
-    notes.setdefault(
-        symbol + "_fast_vg",
-        [f"fast-call entry (value and gradient): checks a Python call's arguments, then runs {symbol}"],
-    )
-    notes.setdefault(symbol + "_batch", [f"batch entry: runs {symbol} once per row of a batch"])
-    return notes, calls
-
-
-def _step_text(prog, step: int, names: dict[int, str]) -> str:
-    """Where step ``step`` of the plan is — ``%12 (kernel 0, before its loop)`` or ``kernel 3``
-    — numbering steps as ``codegen/lower/driver.py`` does when it splits straight-line code into
-    chunks: each straight-line node, then each kernel's loop, is one step."""
-    s = 0
-    for j, k in enumerate(prog.kernels):
-        if step < s + len(k.pre):
-            n = k.pre[step - s]
-            return f"{names.get(id(n), '%?')} on (kernel {j}, before its loop)"
-        s += len(k.pre)
-        if k.body or k.op is not None:
-            if step == s:
-                return f"kernel {j} on"
-            s += 1
-    return "the end of the plan"
-
-
-def _natural(name: str) -> list:
-    """Sort key: ``tj_f.k2`` before ``tj_f.k10``."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-def annotate_asm(asm: str, prog, symbol: str | None = None) -> str:
-    """``asm`` (``grad.ir("asm")``) with a comment before each function naming the part of the
-    plan ``prog`` it implements: ``# kernel 3: loop [100]: exp, mul, reduce_sum``, ``# loop
-    body of %12 (...)``, ``# entry: ...``; below it, indented, what LLVM inlined into it
-    (``#   inlined: kernel 0: ...``). The names are those of ``tapejit dump --stage plan``.
-
-    It lowers ``prog`` again (``codegen/lower/driver.py`` is deterministic: the same symbols as the
-    compiled code) to learn which plan kernels each function computes and who calls whom.
-    """
-    from ..codegen.lower.driver import lower
-
-    symbol = symbol or entry_symbol(prog.graph)
-    module, _ = lower(prog, symbol)
-    notes, calls = _function_notes(module, prog, symbol)
-    lines = asm.split("\n")
-    points: list[tuple[int, str]] = []
-    for i, line in enumerate(lines):
-        m = _ASM_FUNCTION.match(line)
-        if m:
-            points.append((i, m.group(1)))
-    if not points:  # no .type directives (Mach-O, COFF): the labels of known functions
-        for i, line in enumerate(lines):
-            m = _ASM_LABEL.match(line)
-            if m:
-                name = m.group(1)
-                if name not in notes and name.startswith("_") and name[1:] in notes:
-                    name = name[1:]
-                if name in notes:
-                    points.append((i, name))
-    present = {name for _, name in points}
-
-    def header(name: str) -> list[str]:
-        own = notes.get(name)
-        if own is None:  # e.g. a copy LLVM specialised: named after its original
-            base = max((k for k in notes if name.startswith(k + ".")), key=len, default=None)
-            own = [f"{notes[base][0]} (a copy LLVM made of {base})"] if base else []
-        out = [f"# {own[0]}"] if own else [f"# {name}: not from the plan"]
-        out += [f"#   {text}" for text in own[1:]]
-        seen: set[str] = {name}
-        stack = sorted(calls.get(name, ()), key=_natural, reverse=True)
-        while stack:  # functions LLVM inlined here (absent from the assembly), transitively
-            f = stack.pop()
-            if f in seen or f in present:
-                continue
-            seen.add(f)
-            if notes.get(f) and not f.startswith("tapejit.math."):
-                first, *rest = notes[f]
-                out += [f"#   inlined: {first}", *(f"#     {text}" for text in rest)]
-            stack.extend(sorted(calls.get(f, ()), key=_natural, reverse=True))
-        return out
-
-    for i, name in reversed(points):
-        at = i
-        while at > 0 and _ASM_PREAMBLE.match(lines[at - 1]):
-            at -= 1
-        lines[at:at] = header(name)
-    return "\n".join(lines)
-
-
-# -- statistics as a table ----------------------------------------------------------------------
-
-
-def _ms(seconds: Any) -> str:
-    try:
-        return f"{float(seconds) * 1e3:.2f}"
-    except (TypeError, ValueError):
-        return str(seconds)
-
-
-def _plain(v: Any) -> str:
-    if isinstance(v, dict):
-        return ", ".join(f"{k} {_plain(x)}" for k, x in v.items()) or "-"
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
-
-
-def format_stats(stats: dict, title: str = "") -> str:
-    """``grad.stats`` as an aligned table for people (``tapejit stats``; ``--json`` prints the
-    dict itself): node counts per stage, the plan's figures, the cache, what each pass did and
-    the time each compile stage took, in milliseconds. Keys it does not know are listed at the
-    end, so nothing in the dict is left out."""
-    known = {"nodes", "passes", "timings"}
-    # sections of (label, value, note) rows, printed with one label and one value column
-    sections: list[tuple[str, list[tuple[str, str, str]]]] = []
-    nodes = stats.get("nodes")
-    if isinstance(nodes, dict):
-        sections.append(("nodes per stage", [(k, _plain(v), "") for k, v in nodes.items()]))
-    heading, plan = "plan", []
-    for key, label, note in (
-        ("kernels", "kernels", "loop kernels (fused loops, own loop nests, copies)"),
-        ("loops", "loop nodes", "fori_loop / scan / while_loop, forward and backward"),
-        ("buffers", "buffers", "arrays in the workspace"),
-        ("recomputed", "recomputed", "values recomputed rather than stored"),
-        ("work", "work", "operations per call"),
-        ("reroll", "re-rolled", "Python loop iterations -> loop nodes"),
-        ("columns", "columns", "sums over 3-vectors split into columns"),
-        (None, "memory", ""),
-        ("workspace_bytes", "workspace bytes", "one workspace, reused by liveness"),
-        ("constants_bytes", "constants bytes", "captured arrays, passed by pointer"),
-        (None, "code", ""),
-        ("cache", "cache", "on-disk cache of machine code: hit, miss or off"),
-        ("releases_gil", "releases the GIL", "the fast path runs the kernel without the GIL"),
-        ("fast_slots", "fast-path workspaces", "threads the fast path serves at once"),
-    ):
-        if key is None:
-            if plan:
-                sections.append((heading, plan))
-            heading, plan = label, []
-        elif key in stats:
-            known.add(key)
-            plan.append((label, _plain(stats[key]), note))
-    if plan:
-        sections.append((heading, plan))
-    timings = stats.get("timings")
-    timing_rows = []
-    if isinstance(timings, dict):
-        timing_rows = [(k, _ms(v), "") for k, v in timings.items()]
-        try:
-            timing_rows.append(("total", _ms(sum(float(v) for v in timings.values())), ""))
-        except (TypeError, ValueError):
-            pass
-    other = [(k, json.dumps(stats[k], default=str), "") for k in stats if k not in known]
-    rows = [r for _, rs in sections for r in rs] + timing_rows + other
-    lw = max([len(r[0]) for r in rows] + [16]) + 2
-    vw = max([len(r[1]) for r in rows] + [6])
-
-    def block(name: str, rs: list[tuple[str, str, str]]) -> list[str]:
-        out = [name]
-        for label, value, note in rs:
-            out.append(f"  {label:<{lw}}{value:>{vw}}" + (f"   {note}" if note else ""))
-        return out
-
-    out = [title, ""] if title else []
-    for name, rs in sections:
-        out += block(name, rs)
-    passes = stats.get("passes")
-    if isinstance(passes, dict) and passes:
-        table = [("pass", "nodes in", "out", "ms", "what it did")]
-        for name, d in passes.items():
-            if not isinstance(d, dict):
-                table.append((name, "", "", "", _plain(d)))
-                continue
-            rest = {
-                k: v
-                for k, v in d.items()
-                if k not in ("nodes_before", "nodes_after", "seconds", "skipped")
-            }
-            what = (
-                "skipped"
-                if d.get("skipped")
-                else "; ".join(
-                    f"{k}: {_plain(v)}" if isinstance(v, dict) else f"{k} {_plain(v)}"
-                    for k, v in rest.items()
-                )
-            )
-            seconds = _ms(d["seconds"]) if "seconds" in d else ""
-            before, after = str(d.get("nodes_before", "")), str(d.get("nodes_after", ""))
-            table.append((name, before, after, seconds, what))
-        w = [max(len(r[c]) for r in table) for c in range(4)]
-        out.append("passes")
-        for r in table:
-            line = f"  {r[0]:<{max(w[0], lw - 2)}}  {r[1]:>{w[1]}}  {r[2]:>{w[2]}}  {r[3]:>{w[3]}}"
-            out.append(f"{line}   {r[4]}".rstrip())
-    if timing_rows:
-        out += block("timings (ms)", timing_rows)
-    if other:
-        out += block("other", other)
-    return "\n".join(out)
 
 
 # -- pictures -----------------------------------------------------------------------------------
@@ -624,12 +335,14 @@ examples:
   tapejit dump examples/eam.py:eam --arg 'f64[100]' --stage plan --format svg -o eam.svg
   tapejit dump examples/eam.py:eam --arg 'f64[100]' --stage asm
   tapejit stats examples/eam.py:eam --arg 'f64[100]'
+  tapejit stats examples/eam.py:eam --arg 'f64[100]' --mode hessian
   tapejit export examples/eam.py:eam --arg 'f64[100]' -o build
   tapejit cache info"""
 
 _ARG_HELP = (
-    "an argument of FUNC: f64 (or f64[]) for a scalar, f64[d0,d1,...] for an array; once per "
-    "argument, in order. Example inputs are drawn uniformly from [0.1, 1) with a fixed seed"
+    "an argument of FUNC: f64 (or f64[]) for a scalar, f64[d0,d1,...] for an array, another "
+    f"dtype in place of f64 ({', '.join(DTYPES)}); once per argument, in order. Example inputs "
+    "are drawn with a fixed seed: floats uniformly from [0.1, 1), integers from [1, 10)"
 )
 
 
@@ -662,8 +375,11 @@ def build_parser() -> argparse.ArgumentParser:
             "the cache of compiled code."
         ),
         epilog=f"stages (tapejit dump --stage STAGE), in pipeline order:\n{stages_help()}\n\n"
+        f"modes (tapejit dump|stats --mode MODE; the compiled function's call):\n"
+        f"{modes_help()}\n\n"
         f"{_EXAMPLES}\n\nRun 'tapejit COMMAND --help' for the options of a command.",
     )
+    p.add_argument("--version", action="version", version=f"tapejit {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for name in ("dump", "stats"):
         if name == "dump":
@@ -697,6 +413,13 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog="example:\n  tapejit stats examples/eam.py:eam --arg 'f64[100]' --json",
             )
         _function_arguments(c)
+        c.add_argument(
+            "--mode",
+            choices=_modes(),
+            default="grad",
+            help="what to compile: the gradient (default) or another transformation, "
+            "tapejit.compile(..., mode=MODE); the list is in 'tapejit --help'",
+        )
         if name == "dump":
             c.add_argument(
                 "--stage",
@@ -746,7 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     c.add_argument("--name", help="the C function's name (default: FUNC)")
     c.add_argument("--shared", action="store_true", help="also link a shared library")
-    c.set_defaults(usage_error=c.error)
+    c.set_defaults(usage_error=c.error, mode="grad")
     c = sub.add_parser(
         "cache",
         help="inspect or clear the on-disk cache of compiled code",
@@ -766,6 +489,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     return p
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
 
 
 def _fail(message: str, status: int = 1) -> int:
@@ -789,8 +518,9 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"{type(e).__name__}: {e}")
         if ns.json:
             return _emit(json.dumps(grad.stats, indent=2, default=str))
-        nums = _argnums(ns.argnums, len(ns.arg))
-        title = f"{ns.target}({', '.join(ns.arg)}), gradient wrt argnums {nums}"
+        nums = _argnums(ns.argnums, len(ns.arg), ns.mode)
+        what = {"grad": "gradient", "value": "value"}.get(ns.mode, f"mode {ns.mode}")
+        title = f"{ns.target}({', '.join(ns.arg)}), {what} wrt argnums {nums}"
         return _emit(format_stats(grad.stats, title))
     return _dump(ns)
 
@@ -831,7 +561,8 @@ def _dump(ns) -> int:
         else:
             fn = load_function(ns.target)
             args = _example_args(ns.arg)
-            stages = front_end(fn, args, _argnums(ns.argnums, len(args)), upto=ns.stage)
+            nums = _argnums(ns.argnums, len(args), ns.mode)
+            stages = front_end(fn, args, nums, upto=ns.stage, mode=ns.mode)
             obj = stages[ns.stage]
             from .dot import to_dot
 
@@ -860,7 +591,8 @@ def _annotated(asm: str, ns) -> str:
     try:
         fn = load_function(ns.target)
         args = _example_args(ns.arg)
-        prog = front_end(fn, args, _argnums(ns.argnums, len(args)))["plan"]
+        nums = _argnums(ns.argnums, len(args), ns.mode)
+        prog = front_end(fn, args, nums, mode=ns.mode)["plan"]
         return annotate_asm(asm, prog, entry_symbol(prog.graph))
     except Exception as e:  # an annotation is a convenience: never lose the assembly for it
         print(f"tapejit: warning: assembly not annotated: {type(e).__name__}: {e}", file=sys.stderr)
