@@ -71,6 +71,26 @@ def _boxcox1p_ref(x, lm):
     return mp.log1p(x) if lm == 0 else mp.expm1(lm * mp.log1p(x)) / lm
 
 
+def _dawsn_ref(x):
+    """Dawson's integral x 1F1(1; 3/2; -x^2) (DLMF 7.11.7; mpmath's asymptotic series far out)."""
+    if mp.isnan(x):
+        return mp.nan
+    return mp.mpf(0) if mp.isinf(x) else x * mp.hyp1f1(1, 1.5, -x * x)
+
+
+def _owens_t_ref(h, a):
+    """Owen's T as (1/2pi) int_0^atan(a) exp(-h^2 / (2 cos^2 t)) dt (x = tan t in Owen's
+    integral: a bounded integrand for every a, inf included), in u = t / atan(a) with breakpoints
+    where exp(-h^2 tan^2 t / 2) falls (it peaks at t = 0 with width ~1/h)."""
+    s, a, h = mp.sign(a), abs(a), abs(h)
+    if a == 0 or mp.isnan(a) or mp.isnan(h):
+        return mp.nan if mp.isnan(a) or mp.isnan(h) else mp.mpf(0)
+    top = mp.pi / 2 if mp.isinf(a) else mp.atan(a)
+    cuts = [min(1, k / (h * top)) for k in (1, 2, 4, 8, 16)] if h > 0 else []
+    f = lambda u: mp.exp(-h * h * mp.tan(top * u) ** 2 / 2)  # noqa: E731
+    return s * mp.exp(-h * h / 2) * top * mp.quad(f, sorted({mp.mpf(0), mp.mpf(1), *cuts})) / (2 * mp.pi)
+
+
 POS = np.concatenate([np.logspace(-300, -1, 40), np.linspace(0.1, 5, 40), np.logspace(1, 300, 40)])
 X01 = np.concatenate([[0.0], np.logspace(-300, -1, 30), np.linspace(0.1, 0.9, 17),
                       1.0 - np.logspace(-1, -16, 16), [1.0]])  # fmt: skip
@@ -102,6 +122,13 @@ CASES = [
      (np.concatenate([np.linspace(-40, 40, 300), -np.logspace(1, 150, 40)]),), 4,
      (np.array([-1e3, -30.0, -5.0, -1.5, -0.5, 0.0, 1.0, 4.0, 10.0]),)),
     ("ndtri", sc.ndtri, _ndtri_ref, (X01,), 4, (np.array([1e-30, 1e-5, 0.1, 0.5, 0.8, 0.999]),)),
+    ("dawsn", sc.dawsn, _dawsn_ref,
+     (np.concatenate([np.linspace(-40, 40, 801), _signed_log(-300, 300, 60), [np.inf, -np.inf, np.nan]]),), 4,
+     (np.array([-1e3, -5.0, -2.9, -0.5, 0.0, 1e-3, 0.9, 3.1, 7.0, 100.0]),)),
+    ("owens_t", sc.owens_t, _owens_t_ref,
+     _grid([-2.0, 0.0, 1e-300, 0.1, 0.9, 3.0, 5.03, 9.0, 12.0, 20.0, 30.0, 37.0],
+           [-1.5, 0.0, 1e-300, 1e-3, 0.3, 0.88, 0.999, 1.0, 1.001, 1.7, 10.0, 1e5, 1e300, np.inf]),
+     1e-14 / EPS, _grid([-1.5, 0.3, 2.0], [-0.7, 0.5, 2.5])),
     ("boxcox", sc.boxcox, _boxcox_ref,
      _grid(np.logspace(-10, 10, 21), [-3.0, -1.0, -1e-5, -1e-12, 0.0, 1e-20, 1e-8, 0.5, 2.0]), 4,
      _grid([0.3, 2.0], [-1.0, -1e-9, 0.0, 0.5])),

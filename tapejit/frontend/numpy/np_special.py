@@ -114,7 +114,8 @@ def _user_site() -> str:
     import os
     import sys
 
-    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    # the package's root (this module sits in a subfolder of it)
+    here = os.path.dirname(os.path.abspath(sys.modules[__name__.split(".")[0]].__file__)) + os.sep
     frame = sys._getframe(1)
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)
@@ -362,8 +363,10 @@ def _ndtri_value(p):
     s = np.sqrt(-np.log(_where(central, 0.5, _where(q < 0.0, p, 1.0 - p))))
     near = s <= 5.0
     sn, sf = s - 1.6, s - 5.0
-    num = _where(central, q * _horner(a[::-1], r), _where(near, _horner(c[::-1], sn), _horner(e[::-1], sf)))
-    den = _where(central, _horner(b[::-1], r), _where(near, _horner(d[::-1], sn), _horner(f[::-1], sf)))
+    tail_num = _where(near, _horner(c[::-1], sn), _horner(e[::-1], sf))
+    tail_den = _where(near, _horner(d[::-1], sn), _horner(f[::-1], sf))
+    num = _where(central, q * _horner(a[::-1], r), tail_num)
+    den = _where(central, _horner(b[::-1], r), tail_den)
     y = num / den
     y = _where(central | (q >= 0.0), y, -y)
     y = _where(p == 0.0, -np.inf, _where(p == 1.0, np.inf, y))
@@ -437,7 +440,9 @@ _dawsn = _rule(lambda x: _dawsn_parts(x)[0], lambda out, x: _dawsn_parts(x)[1])
 # Phi; Owen 1956 eq. 2.3, written without the cancellation of 1/2 Phi(h) + 1/2 Phi(ah) -
 # Phi(h) Phi(ah)), whose first derivative in the rounded product a h vanishes, so its rounding
 # does not show.
-_OWENS_NODES, _OWENS_WEIGHTS = (tuple(float(v) for v in u[24:]) for u in np.polynomial.legendre.leggauss(48))
+_OWENS_NODES, _OWENS_WEIGHTS = (
+    tuple(float(v) for v in u[24:]) for u in np.polynomial.legendre.leggauss(48)
+)
 _OWENS_CUT = 9.0  # h b beyond which exp(-(h x)^2 / 2) is negligible (exp(-40.5) / 9 < 1e-18)
 
 
