@@ -9,6 +9,7 @@ See README.md and the documentation site (docs/) for the pipeline; every stage p
 ``grad.ir(stage)``.
 """
 
+from . import ad  # noqa: F401  (registers into the core's tables the rules that need a transformation)
 from .frontend.control import checkpoint, fori_loop, scan, while_loop
 from .frontend.custom import custom_jvp, custom_vjp, stop_gradient
 from .api import (

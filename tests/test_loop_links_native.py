@@ -1,5 +1,5 @@
 """Native loops with links (:class:`tapejit.core.ops.History`, :class:`tapejit.core.ops.Accumulate`)
-against the numpy reference (``ops._loop_ref``, through the interpreter).
+against the numpy reference (the ``loop`` row's ``ref``, through the interpreter).
 
 Loop nodes are built by hand, compiled by the whole pipeline (optimise, plan, lower, LLVM) and
 run once; every segment of the loop's flat result is compared to rtol 1e-12 — the same float64
@@ -61,7 +61,7 @@ def test_forward_history_reads_stored_rows_and_falls_back_to_the_operand():
     args = [rng.standard_normal(3), rng.standard_normal((T, 3)), rng.standard_normal(T),
             rng.standard_normal(3)]  # fmt: skip
     want = interpret.evaluate(g, args)
-    np.testing.assert_array_equal(want[0], ops._loop_ref((spec,), *args))
+    np.testing.assert_array_equal(want[0], ops.OPS[ops.Op.LOOP].ref((spec,), *args))
     got = run_native(g, args)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
@@ -96,7 +96,7 @@ def test_reverse_dynamic_accumulate_read_back_by_history():
         args = [float(n), rng.standard_normal(()), rng.standard_normal((T, 2)),
                 rng.standard_normal(T), rng.standard_normal(2)]  # fmt: skip
         want = interpret.evaluate(g, args)
-        np.testing.assert_array_equal(want[0], ops._loop_ref((spec,), *args))
+        np.testing.assert_array_equal(want[0], ops.OPS[ops.Op.LOOP].ref((spec,), *args))
         got = run_native(g, args)
         y1 = lay.ys[1]
         ran = np.r_[0 : y1.offset + n, y1.offset + y1.size : lay.size]  # stored rows that ran

@@ -21,8 +21,9 @@ reverse mode, :func:`tapejit.ad.autodiff.varied_from`) gets a tangent from its o
 (:func:`tapejit.core.ops.jvp_rule`) applied to its arguments' tangents, in topological order; an
 argument without a tangent has a zero one, which stays symbolic (``None``) so that no zero
 is computed. A ``loop`` is differentiated by a loop over its body's JVP
-(:func:`loop_body_jvp`, called by the ``loop`` rule), recursively for nested loops; this covers
-the backward loops of reverse mode too, so ``jvp_graph`` of ``autodiff.vjp_graph(g)`` — the
+(:func:`loop_body_jvp`, called by the ``loop`` rule :func:`loop_jvp`, which this module
+registers into the core's table), recursively for nested loops; this covers the backward
+loops of reverse mode too, so ``jvp_graph`` of ``autodiff.vjp_graph(g)`` — the
 joint graph, whose primal inputs are still active — gives Hessian-vector products
 (forward-over-reverse, ch. 5): its ``t_grad_*`` outputs are ``H v``.
 """
@@ -123,7 +124,7 @@ def jvp_graph(g: Graph) -> Graph:
 
 @dataclass(frozen=True)
 class LoopJVP:
-    """The JVP of one loop iteration (what the ``loop`` rule of :mod:`tapejit.core.ops` runs).
+    """The JVP of one loop iteration (what the ``loop`` rule, :func:`loop_jvp`, runs).
 
     ``body``: inputs ``(i, carry..., t_carry..., x_t..., t_x_t..., param..., t_param...)``,
     outputs ``(carry'..., t_carry'..., t_y_t...)`` — tangents only for the carries of
@@ -251,3 +252,87 @@ def loop_body_jvp(
     return LoopJVP(
         verify(jbody), None if jcond is None else verify(jcond), act, act_y, act_x, keep
     )
+
+
+def loop_jvp(t, out, *args):
+    """The JVP rule of ``loop`` (registered into the core's table below). The tangent of a loop's
+    result is a loop over the JVP of the body (built by :func:`loop_body_jvp`), which carries the
+    tangents of the carries alongside the primal carries, scans the tangents of the xs that have
+    one, takes the tangents of the params that have one as params, stacks the tangents of the
+    ys, and runs under the same condition and step count (a ``while_loop``'s condition gets no
+    tangent; neither does the step count, an integer). Any loop differentiates so, backward
+    loops of reverse mode included (forward-over-reverse). The tangent loop recomputes the
+    primal carries (it needs them) but not the ys; its flat result's tangent segments are
+    scattered into the layout of ``out``, with zeros for the segments and step counter that
+    have no tangent."""
+    spec: ops.LoopSpec = out.attrs[0]
+    lead = 1 if spec.dynamic else 0
+    nc, nx = spec.n_carry, spec.n_xs
+    carries, xs = args[lead : lead + nc], args[lead + nc : lead + nc + nx]
+    params = args[lead + nc + nx :]
+    tc, tx, tp = t[lead : lead + nc], t[lead + nc : lead + nc + nx], t[lead + nc + nx :]
+    jv = loop_body_jvp(
+        spec, tuple(c is not None for c in tc), tuple(x is not None for x in tx),
+        tuple(p is not None for p in tp),
+    )  # fmt: skip
+    if not any(jv.carries) and not any(jv.ys):
+        return None
+    t_init = [ops._or_zero(a, c) for c, a, w in zip(carries, tc, jv.carries) if w]
+    t_xs = [ops._or_zero(a, x) for a, x, w in zip(tx, xs, jv.xs) if w]
+    t_params = [a for a in tp if a is not None]
+    n_fixed = 1 + nc + len(t_init) + nx + len(t_xs)
+    body, new_params = ops.hoist_invariants(jv.body, n_fixed, [*params, *t_params], "j")
+    cond = jv.cond
+    extra = new_params[len(params) + len(t_params) :]
+    if cond is not None and extra:
+        cond = ops.extend_inputs(cond, [p.type for p in extra], "j")
+    history, accumulate = _tangent_links(spec, jv)
+    jspec = ops.LoopSpec(body, nc + len(t_init), nx + len(t_xs), spec.max_steps, cond=cond,
+                         start=spec.start, reverse=spec.reverse, dynamic=spec.dynamic,
+                         history=history, accumulate=accumulate)  # fmt: skip
+    operands = (*args[:lead], *carries, *t_init, *xs, *t_xs, *new_params)
+    loop = ops.make(ops.Op.LOOP, *operands, attrs=(jspec,))
+    lay, jlay = ops.loop_layout(spec), ops.loop_layout(jspec)
+    src = iter(jlay.carries[nc:] + jlay.ys[len(jv.keep) :])
+    pieces: list[list[int]] = []  # [source offset, target offset, size], adjacent ones merged
+    for seg, w in zip(lay.carries + lay.ys, jv.carries + jv.ys):
+        if w:
+            s = next(src)
+            last = pieces[-1] if pieces else None
+            if last and last[0] + last[2] == s.offset and last[1] + last[2] == seg.offset:
+                last[2] += seg.size
+            else:
+                pieces.append([s.offset, seg.offset, seg.size])
+    acc = ops.const(0.0, out.shape)
+    for a, b, n in pieces:
+        part = ops.index(loop, ((a, a + n, 1),))
+        acc = ops.make(ops.Op.SCATTER, acc, part, attrs=((b, b + n, 1),))
+    return acc
+
+
+def _tangent_links(
+    spec: ops.LoopSpec, jv: LoopJVP
+) -> tuple[tuple[ops.History, ...], tuple[ops.Accumulate, ...]]:
+    """The links of a loop's tangent loop (:func:`loop_jvp`): its history xs read the primal
+    ys it keeps (``jv.keep``, its first ys) as the loop's do, the tangents of history xs the
+    tangents of those ys (after the kept ys) at the same rows; accumulated ys, kept or
+    tangent, accumulate at the same rows (the tangent of a sum is the sum of the tangents)."""
+    nx, keep = spec.n_xs, jv.keep
+    tx_pos = {k: j for j, k in enumerate(k for k, w in enumerate(jv.xs) if w)}
+    ty_pos = {y: j for j, y in enumerate(y for y, w in enumerate(jv.ys) if w)}
+    history = tuple(ops.History(h.x, keep.index(h.y), h.rows) for h in spec.history) + tuple(
+        ops.History(nx + tx_pos[h.x], len(keep) + ty_pos[h.y], h.rows)
+        for h in spec.history
+        if h.x in tx_pos
+    )
+    accumulate = tuple(
+        ops.Accumulate(keep.index(a.y), a.rows) for a in spec.accumulate if a.y in keep
+    ) + tuple(
+        ops.Accumulate(len(keep) + ty_pos[a.y], a.rows) for a in spec.accumulate if a.y in ty_pos
+    )
+    return history, accumulate
+
+
+# forward mode owns the loop's JVP rule (it differentiates the body): registered into the core's
+# table here, so the core never imports a transformation
+ops.defjvp(ops.Op.LOOP, loop_jvp)

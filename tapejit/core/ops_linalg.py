@@ -1,8 +1,8 @@
-"""The derivative rules and numpy references of the LAPACK-backed primitives ``eigh`` and
-``svd`` (their ``defop`` blocks are in :mod:`tapejit.core.ops`), written with the ops builders like
-every other rule. Sources: Giles, "An extended collection of matrix derivative results for
-forward and reverse mode AD" (2008), sec. 3.1 (eigh); Townsend, "Differentiating the singular
-value decomposition" (2016) (svd).
+"""The linear-algebra primitives ``matmul`` and the LAPACK-backed ``eigh`` and ``svd``: their
+numpy references and derivative rules, written with the ops builders like every other rule, and
+one ``defop`` block each (a family of the registry :mod:`tapejit.core.ops`). Sources: Giles,
+"An extended collection of matrix derivative results for forward and reverse mode AD" (2008),
+sec. 3.1 (eigh); Townsend, "Differentiating the singular value decomposition" (2016) (svd).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import numpy as np
 from .ir import Node
 from .ops import (
     Op,
-    _transpose2,
+    _tadd,
     add,
     const,
+    defop,
     div,
     index,
     make,
@@ -27,7 +28,41 @@ from .ops import (
     reshape,
     sub,
     svd_sizes,
+    transpose,
 )
+from .typerules import _eigh, _matmul, _svd
+
+
+def _transpose2(x: Node) -> Node:
+    """``x.T`` of a 2-D ``x``; with a unit dimension that is the same element order, a reshape
+    (a view, never a copy)."""
+    return reshape(x, x.shape[::-1]) if 1 in x.shape else transpose(x)
+
+
+def _matmul_vjp(g, a, b):
+    """Cotangents of ``a @ b``: ``g @ b.T`` and ``a.T @ g``, with vectors as numpy treats them
+    (an outer product is a (m,1) @ (1,n) product of reshaped vectors). ``a.T @ g`` with a vector
+    ``g`` is computed as ``g @ a`` — the same products summed in the same order, so
+    bit-identical — which reads ``a`` in place: ``a.T`` would be a gather that matmul needs
+    materialised, a copy of ``a`` per call."""
+    if b.ndim == 1:  # (m,k) @ (k,): g is (m,)
+        return matmul(reshape(g, (g.shape[0], 1)), reshape(b, (1, b.shape[0]))), matmul(g, a)
+    if a.ndim == 1:  # (k,) @ (k,n): g is (n,)
+        return matmul(b, g), matmul(reshape(a, (a.shape[0], 1)), reshape(g, (1, g.shape[0])))
+    ga = matmul(g, _transpose2(b))
+    if g.shape[1] == 1:
+        gb = reshape(matmul(reshape(g, (g.shape[0],)), a), (a.shape[1], 1))
+    else:
+        gb = matmul(_transpose2(a), g)
+    return ga, gb
+
+
+def _matmul_jvp(t, out, a, b):
+    ta, tb = t
+    return _tadd(
+        None if ta is None else make(Op.MATMUL, ta, b),
+        None if tb is None else make(Op.MATMUL, a, tb),
+    )
 
 
 def _eye(n: int) -> Node:
@@ -168,3 +203,15 @@ def _svd_jvp(t, out, a):
 def _svd_ref(attrs, x):
     u, s, vt = np.linalg.svd(np.asarray(x, dtype=np.float64), full_matrices=False)
     return np.concatenate([u.ravel(), s, vt.ravel()])
+
+
+# fmt: off
+defop(Op.MATMUL, "linalg", 2, _matmul, lambda a, x, y: np.matmul(x, y),
+      lambda g, out, a, b: _matmul_vjp(g, a, b), jvp=_matmul_jvp)
+# eigh(a): row 0 the eigenvalues (ascending), rows 1..n the eigenvectors (columns) of the
+# symmetric matrix a, by LAPACK's dsyevd reading triangle attrs[0] (codegen/blas.py)
+defop(Op.EIGH, "linalg", 1, _eigh, _eigh_ref, _eigh_vjp, jvp=_eigh_jvp)
+# svd(a): the thin SVD of the (m, n) matrix a, k = min(m, n), flat: U (m x k, row-major), then
+# s (k, descending), then Vt (k x n, row-major), by LAPACK's dgesdd, jobz='S' (codegen/blas.py)
+defop(Op.SVD, "linalg", 1, _svd, _svd_ref, _svd_vjp, jvp=_svd_jvp)
+# fmt: on

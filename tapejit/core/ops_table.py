@@ -1,6 +1,7 @@
-"""Element access through a table of positions: the primitives ``take`` and ``add_at`` (their
-``defop`` blocks are in :mod:`tapejit.core.ops`), with their type rules, numpy references and
-derivative rules, written with the ops builders like every other rule.
+"""Element access through a table of positions: the primitives ``take``, ``add_at`` and ``put``,
+with their type rules, numpy references and derivative rules, written with the ops builders like
+every other rule, and their ``defop`` blocks at the end (a family of the registry
+:mod:`tapejit.core.ops`).
 
 * ``take(x, idx)``: rows ``x[idx[t]]`` of ``x`` (shape ``(n, *rest)``) for a table ``idx`` of
   ``T`` positions — ``numpy.take(x, idx, axis=0)``; shape ``(T, *rest)``.
@@ -25,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ir import Node, Type
-from .ops import Op, _or_zero, const, make
+from .ops import Op, _or_zero, const, defop, make
 
 
 def take(x: Node, idx: Node) -> Node:
@@ -146,3 +147,13 @@ def _add_at_jvp(t, out, acc, idx, upd):
     if tu is None:
         return ta
     return add_at(_or_zero(ta, acc), idx, tu)
+
+
+# fmt: off
+# take(x, idx): rows x[idx[t]] for a table of whole-number positions (an f64 constant input);
+# add_at(acc, idx, upd): acc with row upd[t] added at row idx[t], t in order (above)
+defop(Op.TAKE, "index", 2, _take_type, _take_ref, _take_vjp, jvp=_take_jvp)
+defop(Op.ADD_AT, "index", 3, _add_at_type, _add_at_ref, _add_at_vjp, jvp=_add_at_jvp)
+# put(acc, idx, upd): acc with rows idx[t] replaced by upd[t], the positions distinct
+defop(Op.PUT, "index", 3, _put_type, _put_ref, _put_vjp, jvp=_put_jvp)
+# fmt: on

@@ -1,5 +1,6 @@
-"""Ragged windows: the primitives ``window`` and ``window_add`` (their ``defop`` blocks are in
-:mod:`tapejit.core.ops`), with their type rules, numpy references and derivative rules.
+"""Ragged windows: the primitives ``window`` and ``window_add``, with their type rules, numpy
+references and derivative rules, and their ``defop`` blocks at the end (a family of the registry
+:mod:`tapejit.core.ops`).
 
 A triangular element loop ::
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ir import Node, Type
-from .ops import Op, const, make
+from .ops import Op, const, defop, make
 
 
 def layout_size(T: int, L0: int, dL: int) -> int:
@@ -135,3 +136,12 @@ def _window_add_jvp(t, out, acc, upd):
     if tu is None:
         return ta
     return window_add(const(0.0, acc.shape) if ta is None else ta, tu, out.attrs)
+
+
+# fmt: off
+# window(x): rows x[a + c*k + d*m] over the positions (k, m) of a ragged layout (T rows, row k of
+# L0 + dL*k); window_add(acc, upd): upd added at those rows, in order
+defop(Op.WINDOW, "index", 1, _window_type, _window_ref, _window_vjp, jvp=_window_jvp)
+defop(Op.WINDOW_ADD, "index", 2, _window_add_type, _window_add_ref, _window_add_vjp,
+      jvp=_window_add_jvp)
+# fmt: on
