@@ -36,6 +36,7 @@ from ..core import ops
 from ..core.ir import Graph, LoopPlan, Node, Program, Slot
 from ..core.ops import Op
 from .fusion import Schedule, alias_offset, alias_root, classify, fuse
+from .pipeline import optimise
 
 ALIGN = 64
 END = math.inf
@@ -263,8 +264,6 @@ def _plan_loops(nodes: list[Node], top: int) -> tuple[dict[int, LoopPlan], int]:
     they are added, the sub-programs' workspaces) after the workspace's other buffers (a loop's
     scratch is live only while it runs; it is not shared between loops — simple, and small
     next to the residual stacks, which are the loop's result and planned as usual)."""
-    from . import optimise  # the pass pipeline (this module is part of it)
-
     loops: dict[int, LoopPlan] = {}
     planned: dict[int, Program] = {}
 
