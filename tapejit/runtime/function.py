@@ -19,6 +19,24 @@ def _not_built(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("this GradientFunction was not built")
 
 
+#: How a gradient pickles, ``(reduce, token)``: registered by :mod:`tapejit.runtime.pickling`,
+#: which restores gradients and so imports this module (``import tapejit`` imports it).
+_pickling: tuple[Callable[[Any], tuple], Callable[[Any], str]] | None = None
+
+
+def register_pickling(reduce: Callable[[Any], tuple], token: Callable[[Any], str]) -> None:
+    """Make ``reduce(g)`` what ``g.__reduce__()`` returns and ``token(g)`` Dask's token of
+    ``g`` (:mod:`tapejit.runtime.pickling` registers its own on import)."""
+    global _pickling
+    _pickling = (reduce, token)
+
+
+def _pickler() -> tuple[Callable[[Any], tuple], Callable[[Any], str]]:
+    if _pickling is None:
+        raise TypeError("pickling a GradientFunction needs tapejit.runtime.pickling imported")
+    return _pickling
+
+
 class GradientFunction(functools.partial):
     """A compiled native gradient of ``f`` with respect to the arguments ``argnums``; made by
     :func:`tapejit.compile` (which documents the options).
@@ -95,9 +113,7 @@ class GradientFunction(functools.partial):
     def __reduce__(self):
         """Pickle support: the compiled object code and everything needed to run it (see
         :mod:`tapejit.runtime.pickling`); ``copy.deepcopy`` goes the same way."""
-        from . import pickling
-
-        return pickling.reduce(self)
+        return _pickler()[0](self)
 
     # functools.partial's protocol, which Dask reads of every partial (dask.utils.funcname,
     # dask.tokenize): ``partial(g.func, *g.args, **g.keywords)`` is ``g``. (The C-level function
@@ -120,9 +136,7 @@ class GradientFunction(functools.partial):
     def __dask_tokenize__(self) -> str:
         """Dask's key for this gradient: the digest of its pickle (equal for equal compiled
         code, options and ``f``), computed once per set of specialisations."""
-        from . import pickling
-
-        return pickling.token(self)
+        return _pickler()[1](self)
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
         """``grad(*args, out=None)``: the gradient of ``f`` at ``args`` (see the class doc).

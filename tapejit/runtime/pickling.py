@@ -43,7 +43,7 @@ import operator
 import pickle
 import struct
 import zlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import llvmlite
 import llvmlite.binding as llvm
@@ -54,12 +54,10 @@ from ..codegen import target
 from ..codegen.jit import CodeLibrary
 from ..progress import log
 from .dispatch import Dispatcher, GuardError
+from .function import GradientFunction, register_pickling
 from .options import Options
 from .signature import Signature
 from .variant import Variant
-
-if TYPE_CHECKING:
-    from .function import GradientFunction
 
 FORMAT = "tapejit-gradient-2"
 
@@ -227,8 +225,6 @@ def _load_state(args: tuple) -> tuple[dict[str, Any], tuple[np.ndarray, ...]]:
 def restore(*args: Any) -> "GradientFunction":
     """The gradient pickled as ``(FORMAT, digest, state, constants)`` (see the module
     docstring); raises :class:`GradientUnpicklingError`."""
-    from .function import GradientFunction
-
     global restored
     restored += 1
     state, consts = _load_state(args)
@@ -415,3 +411,7 @@ def _variant(s: dict[str, Any], dispatcher: Any) -> Variant:
         built, None, None, s["signature"], s["stats"], dispatcher, guards=s["guards"],
         texts=s["texts"],
     )
+
+
+# how GradientFunction pickles (it reaches this module only through the registration)
+register_pickling(reduce, token)

@@ -25,7 +25,7 @@ import contextlib
 import gc
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -42,8 +42,17 @@ from ..progress import Progress, log, wanted
 from .options import Options, capacity_for, object_cache
 from .signature import Signature
 
-if TYPE_CHECKING:
-    from .dispatch import Dispatcher
+
+class Recovery(Protocol):
+    """What a variant hands a call it cannot answer (a failed guard, a too-long argument): its
+    dispatcher, :class:`tapejit.runtime.dispatch.Dispatcher` (which builds variants, so this
+    module names it only by this protocol)."""
+
+    def recover(self, failed: Variant, status: int, args: tuple, out: Any) -> tuple[float, Any]:
+        """Answer the call ``failed`` could not: ``status`` a failed guard (1-based) or
+        :data:`TOO_LONG`."""
+        ...
+
 
 _ffi = _entry.ffi
 _FAST = _fastcall.layout_ok()
@@ -103,7 +112,7 @@ class Variant:
         front: pipeline.Front | None,
         signature: Signature,
         stats: dict[str, Any],
-        dispatcher: "Dispatcher | None",
+        dispatcher: "Recovery | None",
         guards: Sequence[tuple] | None = None,
         texts: dict[str, str] | None = None,
     ):
@@ -339,7 +348,7 @@ def _bind(
     tuple_result: bool,
     dynamic: dict[int, int],
     cache: ObjectCache | None,
-    dispatcher: "Dispatcher | None",
+    dispatcher: "Recovery | None",
     t_trace: float,
     progress: Progress | None,
     program: bool = False,
@@ -369,7 +378,7 @@ def compile_variant(
     f: Callable,
     args: Sequence[Any],
     options: Options,
-    dispatcher: "Dispatcher | None" = None,
+    dispatcher: "Recovery | None" = None,
     capacity: dict[int, int] | None = None,
     forced: dict[int, bool] | None = None,
     lenient: bool = False,
