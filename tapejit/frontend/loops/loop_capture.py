@@ -30,7 +30,7 @@ from typing import Callable
 
 from ..trace_state import _UNSET, _current
 from ..tracer import Tracer
-from . import loop_source
+from . import loop_purity, loop_source
 from .. import views
 from ...progress import log
 from ...core.ops import Op
@@ -135,9 +135,9 @@ def _capturable(carries: tuple, bases: Callable, writes: tuple, invariants: tupl
                 helpers: tuple) -> bool:  # fmt: skip
     if not carries and not writes:
         return False
-    if not all(loop_source.pure_helper(h) for h in helpers):
+    if not all(loop_purity.pure_helper(h) for h in helpers):
         return False  # a helper or a value it reads is no longer what the source said
-    if not all(loop_source.inert(v) for v in invariants):
+    if not all(loop_purity.inert(v) for v in invariants):
         return False  # an object whose arithmetic is user code: it must run every iteration
     try:  # p["w"] of inert containers: no user code; an error is the loop's to raise
         arrays = bases()
