@@ -1,6 +1,6 @@
 """Errors of tracing and where they happened: :class:`TracingError` (and its ``AttributeError`` /
 ``IndexError`` kinds), the user's ``file:line in function`` a message names (the innermost frame
-outside tapejit's front end, numpy and scipy; the scipy function running, if any), and the text
+outside tapejit, numpy and scipy; the scipy function running, if any), and the text
 of the user's line that the hints are chosen from. Knows nothing of tracers or traces.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import sys
 
-#: The front end's folder: its frames (and numpy's, scipy's) are not the user's code.
-_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+#: The tapejit package's folder: its frames (and numpy's, scipy's) are not the user's code.
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class TracingError(Exception):
