@@ -1,4 +1,5 @@
-"""scipy.special's functions of tapejit/frontend/numpy/np_special.py, compiled to native code: values against
+"""scipy.special's functions of tapejit/frontend/numpy/np_special.py, np_normal.py and np_gamma.py,
+compiled to native code: values against
 mpmath (the oracle; scipy is what is matched, not the reference) over wide grids with the bound
 each function's docstring states, derivatives against mpmath's numerical differentiation of the
 same reference, against float64 central differences in random directions, and forward mode
