@@ -7,7 +7,7 @@ plot's parser with bench/RESULTS.md, and, when the documentation toolchain is in
 from __future__ import annotations
 
 import importlib.util
-import linecache
+import json
 import os
 import pathlib
 import re
@@ -71,26 +71,102 @@ def test_readme_lists_exactly_the_primitives():
 
 
 # ------------------------------------------------------------------------------------------------
-# docs/: every ```python block of a page runs, in order, in one namespace per page (a block may use
-# names an earlier block of the same page defined), with np and tj imported. Output, shell and C
-# listings use other fences (```text, ```sh, ```c) and are not run.
+# docs/: each page runs as one script in a fresh interpreter (a subprocess): its ```python blocks
+# in order, in one namespace (a block may use names an earlier block of the page defined), with
+# nothing imported for them, so a page's first block imports what the page uses. A ```text block
+# whose nearest preceding fenced block is a ```python block shows what that block prints, and is
+# compared with it after masking what differs between hosts and runs (MASKS). A listing marked
+# <!-- dump:S --> or <!-- excerpt:S --> is compared with `tapejit dump` instead (below); a text
+# block marked <!-- host-dependent: 1, 3 --> has every number on the listed lines (1-based)
+# masked too. Shell and C listings use other fences (```sh, ```c) and are not run.
+
+FENCE = re.compile(
+    r"^([ \t]*)```(\w*)[ \t]*\n(.*?)^[ \t]*```[ \t]*$", flags=re.DOTALL | re.MULTILINE
+)
+NOTE = re.compile(r"<!--\s*(.*?)\s*-->\s*\Z")
+
+# Applied to the printed and the documented text alike, in order; then runs of blanks become one.
+NUMBER = r"[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?"
+MASKS = [
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<address>"),  # pointers, object ids
+    (re.compile(r"\b[0-9a-f]{16,}\b"), "<hash>"),  # digests, cache keys
+    (re.compile(rf"(?<![\w.]){NUMBER}\s?(?:s|ms|µs|us|ns)\b"), "<time>"),  # timings
+    (re.compile(r"(?<![\w.])\d+(?:\.\d+)?x\b"), "<ratio>"),  # speed-ups ("17x the time")
+]
+
+
+def fenced_blocks(page: pathlib.Path) -> list[tuple[str, str, str]]:
+    """The page's fenced blocks as (language, dedented text, HTML comment just before or '')."""
+    text = page.read_text()
+    blocks = []
+    for m in FENCE.finditer(text):
+        before = text[: m.start()].rstrip()
+        note = NOTE.search(before)
+        blocks.append((m.group(2), textwrap.dedent(m.group(3)), note.group(1) if note else ""))
+    return blocks
 
 
 def python_blocks(page: pathlib.Path) -> list[str]:
-    return [
-        textwrap.dedent(b)
-        for b in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)
-    ]
+    return [src for lang, src, _ in fenced_blocks(page) if lang == "python"]
 
 
-def run_page(page: pathlib.Path) -> dict:
-    env = {"np": np, "tj": tj, "__name__": f"docs.{page.stem}"}
-    for k, src in enumerate(python_blocks(page)):
-        filename = f"docs/{page.name} block {k}"
-        # Source lines for tracebacks and for the hints in tapejit's error messages
-        linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
-        exec(compile(src, filename, "exec"), env)
-    return env
+def documented_outputs(page: pathlib.Path) -> dict[int, tuple[str, str]]:
+    """{k: (text, note)}: the ```text block that shows what python block k prints."""
+    out, k, prev = {}, -1, None
+    for lang, src, note in fenced_blocks(page):
+        if lang == "text" and prev == "python" and not re.match(r"(dump|excerpt):", note):
+            out[k] = (src, note)
+        k += lang == "python"
+        prev = lang
+    return out
+
+
+def masked(text: str, host_lines: set[int] = frozenset()) -> str:
+    lines = []
+    for n, line in enumerate(text.rstrip("\n").splitlines(), 1):
+        for pattern, repl in MASKS:
+            line = pattern.sub(repl, line)
+        if n in host_lines:
+            line = re.sub(rf"(?<![\w<]){NUMBER}", "<n>", line)
+        lines.append(" ".join(line.split()))
+    return "\n".join(lines)
+
+
+SEP = "\x1e-- end of block --\x1e"
+RUNNER = f"""
+import json, linecache, sys, traceback, types
+blocks = json.load(sys.stdin)
+main = types.ModuleType("__main__")
+sys.modules["__main__"] = main
+for filename, src in blocks:
+    # source lines for tracebacks and for the hints in tapejit's error messages
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
+    try:
+        exec(compile(src, filename, "exec"), main.__dict__)
+    except BaseException:
+        sys.stdout.flush()
+        traceback.print_exc()
+        sys.exit(1)
+    print({SEP!r}, flush=True)
+"""
+
+
+def run_page(page: pathlib.Path) -> list[str]:
+    """Run the page's python blocks as one script in a fresh interpreter; what each printed."""
+    blocks = [(f"docs/{page.name} block {k}", src) for k, src in enumerate(python_blocks(page))]
+    r = subprocess.run(
+        [sys.executable, "-c", RUNNER],
+        input=json.dumps(blocks),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    printed = r.stdout.split(SEP + "\n")
+    assert r.returncode == 0, (
+        f"docs/{page.name} block {len(printed) - 1} failed:\n{r.stdout}\n{r.stderr}"
+    )
+    return printed[:-1]
 
 
 PAGES_WITH_CODE = [p for p in PAGES if python_blocks(p)]
@@ -101,9 +177,29 @@ def test_docs_pages_have_python_blocks():
     assert {"index.md", "tutorial.md", "how-it-works.md", "sharp-bits.md", "jax.md"} <= names
 
 
+def test_masks():
+    assert masked("compiled in 0.13 s") == masked("compiled in 2.40 s") == "compiled in <time>"
+    assert masked("tapejit gradient      2.03 µs") == "tapejit gradient <time>"
+    assert masked("35.01 µs   (17x the tapejit time)") == "<time> (<ratio> the tapejit time)"
+    assert masked("2000 steps: tapejit 5.5 ms") == "2000 steps: tapejit <time>"
+    assert masked("at 0x7f3a2c001000, key 3f2a9c0d1e2b4a5f6") == "at <address>, key <hash>"
+    assert masked("E = -65.5344 (27, 3)", {1}) == "E = <n> (<n>, <n>)"
+    assert masked("E = -65.5344", {2}) == "E = -65.5344"
+
+
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda p: p.name)
-def test_docs_page_runs(page, capsys):
-    run_page(page)
+def test_docs_page_prints_what_it_shows(page):
+    """Every block runs, and prints what the ```text block after it shows."""
+    printed = run_page(page)
+    stale = []
+    for k, (shown, note) in documented_outputs(page).items():
+        host = re.fullmatch(r"host-dependent:\s*([\d,\s]+)", note)
+        host_lines = {int(n) for n in re.findall(r"\d+", host.group(1))} if host else set()
+        if masked(printed[k], host_lines) != masked(shown, host_lines):
+            stale.append(
+                f"docs/{page.name} block {k} printed:\n{printed[k]}\nthe page shows:\n{shown}"
+            )
+    assert not stale, "\n\n".join(stale)
 
 
 def test_docs_nav_lists_every_page():
