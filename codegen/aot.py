@@ -2,7 +2,7 @@
 exported C entry point (``GradientFunction.export``; the files and the C contract are documented
 in :mod:`tapejit.runtime.export`).
 
-:func:`object_code` lowers a :class:`tapejit.core.ir.Program` with :func:`codegen.lower.lower` as an
+:func:`object_code` lowers a :class:`tapejit.core.program.Program` with :func:`codegen.lower.lower` as an
 internal kernel and adds the one global function ``NAME``::
 
     int32_t NAME(const double *arg0, ..., [int64_t len0, ...,]
@@ -30,7 +30,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 import numpy as np
 
-from ..core.ir import Program
+from ..core.program import Program
 
 from . import target
 from .lower import counters_symbol, lower

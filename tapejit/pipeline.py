@@ -33,7 +33,8 @@ from .codegen import fastcall as _fastcall
 from .codegen.cache import ObjectCache, cache_key
 from .codegen.jit import CodeLibrary, embed_record
 from .codegen.lower import lower
-from .core.ir import Graph, Program, digest
+from .core.ir import Graph, digest
+from .core.program import Program
 from .core.ops import Op
 from .progress import Progress, log
 from .transforms import values_graph

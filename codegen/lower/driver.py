@@ -1,4 +1,4 @@
-"""Lower a :class:`tapejit.core.ir.Program` to one LLVM function with ``llvmlite.ir``.
+"""Lower a :class:`tapejit.core.program.Program` to one LLVM function with ``llvmlite.ir``.
 
 The generated function has the C signature (documented for callers in :mod:`codegen.entry`)::
 
@@ -35,7 +35,7 @@ import llvmlite.ir as ir
 import numpy as np
 
 from ...core import ops
-from ...core.ir import Program
+from ...core.program import Program
 from ...core.ops import Op
 
 from . import chunks

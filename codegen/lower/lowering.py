@@ -26,7 +26,8 @@ from typing import Callable
 import llvmlite.ir as ir
 
 from ...core import ops
-from ...core.ir import Node, Program
+from ...core.ir import Node
+from ...core.program import Program
 from ...core.ops import Op
 
 from .base import ELEM, F64, I1, I8, I32, I64, _c_strides, _i64

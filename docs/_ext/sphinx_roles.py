@@ -1,6 +1,6 @@
 """A griffe extension for the API reference: Sphinx roles in docstrings become Markdown.
 
-tapejit's docstrings use reST roles (:func:`compile`, :class:`~tapejit.core.ir.Kernel`). mkdocstrings
+tapejit's docstrings use reST roles (:func:`compile`, :class:`~tapejit.core.program.Kernel`). mkdocstrings
 renders docstrings as Markdown, where a role would show up as literal text. This rewrites each
 role to a code span, linked to its entry in the API reference when it names a public object
 (a name in ``tapejit.__all__``). Loaded by mkdocs.yml (mkdocstrings, python handler).

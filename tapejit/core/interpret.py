@@ -4,7 +4,7 @@
 (:mod:`tapejit.core.ops`) in float64. It shares no code with ``codegen/``, so comparing the two checks
 the lowering, and comparing a graph before and after a pass checks the pass.
 
-``run_program(program, args)`` executes a :class:`~tapejit.core.ir.Program` *as planned*: kernel by
+``run_program(program, args)`` executes a :class:`~tapejit.core.program.Program` *as planned*: kernel by
 kernel, with every value in memory stored at its slot in one simulated workspace (a byte array)
 or in the output arrays, values without a slot only inside their loop, in-place updates really in
 place. A schedule or memory plan that reads a buffer after something else overwrote it gives a
@@ -18,7 +18,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import ops
-from .ir import NUMPY_DTYPE, Graph, Node, Program
+from .ir import NUMPY_DTYPE, Graph, Node
+from .program import Program
 from .ops import Op
 
 

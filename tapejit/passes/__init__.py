@@ -4,7 +4,7 @@ Each pass is a pure function ``Graph -> (Graph, stats)`` that never mutates its 
 immutable; a pass rebuilds). :data:`PIPELINE` lists them in order; :func:`optimise` runs it and
 verifies the graph after every pass (both in :mod:`.pipeline`, which the memory plan also runs
 on every loop body). The last stage, :func:`plan` (:mod:`.memplan`, on top of :mod:`.fusion`),
-turns the optimised graph into a :class:`~tapejit.core.ir.Program`: loop kernels, schedule,
+turns the optimised graph into a :class:`~tapejit.core.program.Program`: loop kernels, schedule,
 liveness and the memory plan. Re-rolling, the fallback for loops not read from source, is the
 subpackage :mod:`.reroll`.
 

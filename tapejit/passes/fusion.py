@@ -1,6 +1,6 @@
 """Loop fusion and adjoint fusion: group the nodes of a graph into loop kernels.
 
-The joint forward+backward graph is scheduled as one sequence of :class:`~tapejit.core.ir.Kernel`\\ s
+The joint forward+backward graph is scheduled as one sequence of :class:`~tapejit.core.program.Kernel`\\ s
 (straight-line code, then at most one loop). There is no separate "backward pass": a backward
 elementwise op lands in the earliest loop over its iteration space whose inputs are ready, which
 is often a forward loop — that is *adjoint fusion*, and it falls out of the same rule as ordinary
@@ -36,7 +36,8 @@ import bisect
 from dataclasses import dataclass, field
 
 from ..core import ops
-from ..core.ir import DTYPES, Graph, Kernel, Node
+from ..core.ir import DTYPES, Graph, Node
+from ..core.program import Kernel
 from ..core.ops import Op
 
 #: Recompute a value in a later loop when its recomputation costs at most this much.

@@ -1,7 +1,7 @@
 """Schedule and memory plan: ``Graph -> Program``.
 
 :func:`plan` fuses the graph into kernels (:mod:`.fusion`), then gives every value that must live
-in memory a :class:`~tapejit.core.ir.Slot`:
+in memory a :class:`~tapejit.core.program.Slot`:
 
 * inputs are read in place (``arg``); ``reshape`` of an array and a contiguous slice alias
   their operand (``alias``, at an element offset);
@@ -33,7 +33,8 @@ import heapq
 import math
 
 from ..core import ops
-from ..core.ir import Graph, LoopPlan, Node, Program, Slot
+from ..core.ir import Graph, Node
+from ..core.program import LoopPlan, Program, Slot
 from ..core.ops import Op
 from .fusion import Schedule, alias_offset, alias_root, classify, fuse
 from .pipeline import optimise

@@ -11,7 +11,7 @@ as ellipses, its results (``return k``) and guards as nodes of their own. A ``lo
 (and a ``while_loop``'s condition) is drawn as a cluster next to it, recursively, so nested loops
 are nested clusters; a dashed edge leads from the loop node into it.
 
-:func:`program_to_dot` draws a :class:`~tapejit.core.ir.Program` (the ``plan`` stage) the same way,
+:func:`program_to_dot` draws a :class:`~tapejit.core.program.Program` (the ``plan`` stage) the same way,
 and groups the nodes each loop kernel computes in a cluster::
 
     subgraph cluster_k3 { label="kernel 3: loop [100]"; ... }
@@ -28,16 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.ir import (
-    Graph,
-    Node,
-    Program,
-    Slot,
-    _fmt_attr,
-    format_graph,
-    guard_size,
-    outcomes_text,
-)
+from ..core.ir import Graph, Node, _fmt_attr, format_graph, guard_size, outcomes_text
+from ..core.program import Program, Slot
 from ..core.ops import Op
 
 #: Attribute text longer than this is cut (labels stay readable; the text form has it all).
