@@ -2,7 +2,8 @@
 --stage STAGE [--format F] [--mode MODE]``, ``tapejit stats ... [--json]``, ``tapejit export``,
 ``tapejit cache info|clear``, ``tapejit ops`` (the table of primitives), ``tapejit --version``.
 ``tapejit --help`` lists the commands, the stages and the modes. The stats table is
-:mod:`tapejit.tools.cli_stats`; the annotated assembly, :mod:`tapejit.tools.cli_annotate`.
+:mod:`tapejit.tools.cli_stats`; the annotated assembly, :mod:`tapejit.tools.cli_annotate`;
+the table of primitives, :mod:`tapejit.tools.cli_ops`.
 
 The stages are the pipeline's stages (:data:`tapejit.STAGES`, described in :data:`STAGE_HELP`):
 ``trace`` (forward graph), ``grad`` (joint graph after reverse mode), ``opt`` (after the
@@ -45,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from .cli_annotate import annotate_asm, entry_symbol
+from .cli_ops import primitives_markdown
 from .cli_stats import format_stats
 
 # -- --arg SPEC: dtype and shape -----------------------------------------------------------------
@@ -265,7 +267,8 @@ def render(dot_text: str, fmt: str) -> bytes:
             f"--format {fmt} needs the optional 'graphviz' Python package: {GRAPHVIZ_HINT}"
         ) from None
     try:
-        return graphviz.Source(dot_text).pipe(format=fmt)
+        # quiet: dot's warnings (a font without metrics) are noise; its errors raise below
+        return graphviz.Source(dot_text).pipe(format=fmt, quiet=True)
     except graphviz.ExecutableNotFound:
         raise RenderError(
             f"--format {fmt} needs Graphviz's 'dot' program, which is not on PATH: "
@@ -291,40 +294,6 @@ def _cache(action: str) -> int:
     else:
         print(f"removed {cache.clear()} entries from {cache.directory}")
     return 0
-
-
-def primitives_markdown() -> str:
-    """The table of primitives: each op's group, the numpy names it answers to, whether it has
-    reverse- and forward-mode rules, and the accuracy its math row guarantees (README keeps a copy that
-    ``tests/test_docs.py`` checks; ``tapejit ops`` prints it)."""
-    from ..codegen.mathlib import core as mathlib
-    from ..core import ops
-
-    rows = [
-        "| op | group | numpy names | reverse mode | forward mode | accuracy |",
-        "|---|---|---|---|---|---|",
-    ]
-    for name, op in ops.OPS.items():
-        if op.group == "leaf":
-            continue
-        names = ", ".join(f"`{n}`" for n in op.numpy) or "–"
-        if name in ops.CUSTOM:
-            vjp = jvp = "the user's rule"
-        elif name == ops.Op.STOP_GRADIENT:
-            vjp, jvp = "no cotangent (by definition)", "zero tangent"
-        elif op.differentiable:
-            vjp, jvp = "yes", "yes" if op.jvp is not None else "no"
-        else:
-            vjp, jvp = "no cotangent (piecewise constant)", "zero tangent"
-        m = mathlib.MATH.get(name)
-        if m is not None and m.body is not None:
-            acc = f"≤ {m.ulp_ld:g} ulp (vectorised IR)"
-        elif m is not None:
-            acc = f"exact (`{m.intrinsic}`)"
-        else:
-            acc = "IEEE arithmetic" if op.group in ("unary", "binary") else "–"
-        rows.append(f"| `{name}` | {op.group} | {names} | {vjp} | {jvp} | {acc} |")
-    return "\n".join(rows)
 
 
 # -- the command line ---------------------------------------------------------------------------
