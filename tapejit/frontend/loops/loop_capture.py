@@ -35,7 +35,7 @@ from .. import views
 from ...progress import log
 from ...core.ops import Op
 from ...passes.reroll import driver as reroll, ragged as reroll_ragged
-from ...passes.reroll.match import _Fail
+from ...passes.reroll.common import _Fail
 
 #: Iterations of a captured loop that are traced (the first may differ: a carry that starts
 #: as ``0.0`` folds away; the template needs three).
