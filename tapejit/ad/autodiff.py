@@ -16,7 +16,7 @@ accumulator (one O(n) zero-fill, then O(1) per access) — never a dense one-hot
 
 from __future__ import annotations
 
-from ..core import ops
+from ..core import ir, ops
 from ..core.ir import Graph, Node, Type, substitute, toposort, verify
 from ..core.ops import Op
 
@@ -25,16 +25,36 @@ from ..core.ops import Op
 _VIEWS = (Op.RESHAPE, Op.INDEX)
 
 
+def carries_derivative(n: Node) -> bool:
+    """The activity rule: a derivative passes through ``n`` from its operands unless its op is
+    nondifferentiable (comparisons, ``floor``, ``stop_gradient``...) or it is a constant."""
+    return n.op not in ops.NONDIFFERENTIABLE and n.op != Op.CONST
+
+
 def varied_from(nodes: list[Node], seeds: set[int]) -> set[int]:
     """``id`` of every node of ``nodes`` (in topological order) that depends on a node whose
     ``id`` is in ``seeds`` through differentiable ops, and the seeds themselves. The one
     dependency analysis of both modes (reverse mode here, forward mode in
-    :mod:`tapejit.ad.forward`), for graphs and for loop bodies."""
+    :mod:`tapejit.ad.forward`), for graphs and for loop bodies; :func:`depends_on_active` asks
+    the same question of one node while a trace is built."""
     varied = set(seeds)
     for n in nodes:
-        if n.op not in ops.NONDIFFERENTIABLE and any(id(a) in varied for a in n.args):
+        if carries_derivative(n) and any(id(a) in varied for a in n.args):
             varied.add(id(n))
     return varied
+
+
+def depends_on_active(n: Node, is_active_input, memo: dict[int, tuple]) -> bool:
+    """Whether ``n`` depends on an input for which ``is_active_input`` holds, through
+    differentiable ops (the rule of :func:`varied_from`, asked of one node, memoised in
+    ``memo``): the tracer's question when a value is converted to a number."""
+
+    def decide(m: Node) -> bool | None:
+        if m.op == Op.INPUT:
+            return is_active_input(m)
+        return None if carries_derivative(m) else False
+
+    return ir.depends(n, decide, memo)
 
 
 def active_nodes(g: Graph) -> set[int]:

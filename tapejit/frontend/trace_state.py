@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ad import autodiff
 from ..core import ir, ops
 from ..core.ir import Node, Type
 from ..core.ops import Op
@@ -181,15 +182,10 @@ class _Trace:
     level = 1  # tracers made while this trace is innermost carry this level
 
     def differentiable(self, n: Node) -> bool:
-        """Whether ``n`` depends on a differentiated input of this trace (memoised)."""
-        return ir.depends(n, self._decide_active, self.__dict__.setdefault("_memo_active", {}))
-
-    def _decide_active(self, m: Node) -> bool | None:
-        if m.op == Op.INPUT:
-            return self.is_active_input(m)
-        if m.op in ops.NONDIFFERENTIABLE or m.op == Op.CONST:
-            return False
-        return None
+        """Whether ``n`` depends on a differentiated input of this trace (memoised; reverse
+        mode's activity rule, :func:`tapejit.ad.autodiff.depends_on_active`)."""
+        memo = self.__dict__.setdefault("_memo_active", {})
+        return autodiff.depends_on_active(n, self.is_active_input, memo)
 
     def is_active_input(self, n: Node) -> bool:
         k = n.attrs[0]
