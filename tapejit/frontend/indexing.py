@@ -77,6 +77,20 @@ def _getitem(x: Tracer, key) -> Tracer:
 
 
 
+def write_shape(shape: tuple[int, ...], region: tuple[int, ...], message: str) -> tuple[int, ...]:
+    """The shape a value of ``shape`` written into ``region`` is broadcast from: numpy drops its
+    leading unit axes beyond the region's rank; raises ``message`` (numpy's text) when it does
+    not broadcast."""
+    while len(shape) > len(region) and shape[0] == 1:
+        shape = shape[1:]
+    try:
+        if np.broadcast_shapes(shape, region) != region:
+            raise ValueError
+    except ValueError:
+        raise _fail(message) from None
+    return shape
+
+
 def _setitem(y: Tracer, key, value) -> None:
     """``y[key] = value`` with numpy's semantics, as the functional update ``scatter`` that
     ``y`` (and every view of the same memory) is rebound to."""
@@ -110,16 +124,10 @@ def _setitem(y: Tracer, key, value) -> None:
         vnode = ops._float(vnode)
     elif vnode.dtype != "bool":
         vnode = ops.make(Op.NE, vnode, ops.const(0.0))
-    shape = vnode.shape
-    while len(shape) > len(region) and shape[0] == 1:  # numpy drops leading unit axes here
-        shape = shape[1:]
-    try:
-        if np.broadcast_shapes(shape, region) != region:
-            raise ValueError
-    except ValueError:
-        raise _fail(
-            f"could not broadcast input array from shape {vnode.shape} into shape {region}"
-        ) from None
+    shape = write_shape(
+        vnode.shape, region, f"could not broadcast input array from shape {vnode.shape} into "
+        f"shape {region}",
+    )  # fmt: skip
     vnode = ops.broadcast_to(ops.reshape(vnode, shape), region)
     new = ops.scatter(y.node, vnode, items) if items else vnode
     views.write(y, new, _UNSET)

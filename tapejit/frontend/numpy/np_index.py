@@ -12,7 +12,7 @@ import numpy as np
 
 from ...core import ops, ops_table
 from ..errors import _fail, _fail_index
-from ..indexing import _setitem
+from ..indexing import _setitem, write_shape
 from ..registry import HOOKS
 from ..trace_state import _UNSET
 from ..tracer import Tracer, _build, _reshape, _transpose, _where
@@ -230,17 +230,10 @@ def advanced_setitem(y: Tracer, key, value) -> None:
     else:  # only None: the value broadcasts to the result with its unit axes
         target = advanced_getitem(y, key).shape
     v = _t(value)
-    vshape = v.shape
-    while len(vshape) > len(target) and vshape[0] == 1:  # numpy drops leading unit axes here
-        vshape = vshape[1:]
-    try:
-        if np.broadcast_shapes(vshape, target) != target:
-            raise ValueError
-    except ValueError:
-        raise _fail(
-            f"shape mismatch: value array of shape {v.shape} could not be broadcast to "
-            f"indexing result of shape {target}"
-        ) from None
+    vshape = write_shape(
+        v.shape, target, f"shape mismatch: value array of shape {v.shape} could not be "
+        f"broadcast to indexing result of shape {target}",
+    )  # fmt: skip
     v = _broadcast_to(_reshape(v, vshape), target)
     if not arrays:
         keep = tuple(k for _, k in basic)
