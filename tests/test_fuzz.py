@@ -219,6 +219,7 @@ def _check_forward(f, xs, src, rng) -> tuple[str, str]:
     return "ok", "ok"
 
 
+@pytest.mark.slow  # 150 programs; by default: test_pipeline_property's and test_fuzz_ieee's
 @(seed(SEED) if LONG else lambda f: f)  # the CI profile is derandomised: one fixed set
 @_settings()
 @given(st.data())

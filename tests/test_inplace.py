@@ -366,6 +366,7 @@ _WRITES = st.sampled_from(
 )
 
 
+@pytest.mark.slow  # 60 random view/write programs; the hand-written cases above run by default
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.lists(st.tuples(_VIEW_STEPS, _WRITES), min_size=1, max_size=6))
 def test_random_writes_through_views_match_numpy(program):

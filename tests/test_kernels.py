@@ -425,6 +425,7 @@ def random_loop(kinds, n, mult):
     return f
 
 
+@pytest.mark.slow  # a random sweep; each kind of kernel has its case in the default tier above
 def test_random_loops_over_slices_match_the_interpreter():
     """Hypothesis draws loops mixing every kind of kernel over lengths that change from
     iteration to iteration; native value and gradient match the interpreter's."""

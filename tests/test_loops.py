@@ -304,6 +304,7 @@ def test_scan_over_lengths_10_100_1000_compiles_once():
     assert g.loop_iterations == [1111, 1111]  # forward and backward ran 10+100+1000+1 steps
 
 
+@pytest.mark.slow  # the default tier has test_loops_review's capacity + 1 case
 def test_a_longer_sequence_than_the_capacity_compiles_once_more():
     p = rnn_params(4)
     g = tj.compile(rnn_dynamic, p, RNG.normal(size=(5, D)), dynamic_argnums=1, cache=False)

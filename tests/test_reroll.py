@@ -661,6 +661,7 @@ def test_generated_loops(body, rng, read):
         assert stats["loops"] >= 1, src
 
 
+@pytest.mark.slow  # the differential fuzzer's 150 programs again, with the pass on
 def test_fuzzer_programs_through_the_pass(reduce):
     """The differential fuzzer's random programs (tests/fuzzgen.py; Python element loops,
     ``pyloop``, among them, over vectors of up to 40 elements) with the pass on: compiled
