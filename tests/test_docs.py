@@ -1,8 +1,9 @@
 """Every Python block in README.md and in the pages of docs/ runs, so the documentation cannot
-rot; model functions README defines are checked against central differences. The compiler
-listings of docs/how-it-works.md are compared with what `tapejit dump` prints, the benchmark
-plot's parser with bench/RESULTS.md, and, when the documentation toolchain is installed
-(`pip install -e '.[docs]'`), the site is built with `mkdocs build --strict`."""
+rot; each page runs as one script in a fresh interpreter and what its blocks print is compared
+with the ```text blocks that show it; model functions README defines are checked against central
+differences. The compiler listings of docs/how-it-works.md are compared with what `tapejit dump`
+prints, the benchmark plot's parser with bench/RESULTS.md, and the site is built with `mkdocs
+build --strict` (the test extra installs the documentation toolchain)."""
 
 from __future__ import annotations
 
