@@ -295,3 +295,18 @@ def test_series_stay_unrolled_and_fused(f):
     g = tj.compile(lambda a: np.sum(f(a)), x, cache=False)
     assert g.stats["reroll"]["loops"] == 0
     assert g.stats["workspace_bytes"] < 128 * x.nbytes  # re-rolled: ~2000 arrays
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5])
+def test_polygamma_traces_through_scipys_own_code(n):
+    """scipy.special.polygamma is Python (asarray, then psi or gamma * zeta): while a trace runs
+    its asarray passes traced values through. Value against scipy, derivative against the next
+    polygamma, and the module's asarray is numpy's again afterwards."""
+    import scipy.special as sp
+    from scipy.special import polygamma
+
+    x = np.array([0.3, 0.7, 1.5, 3.2, 11.0])
+    value, grad = tj.value_and_grad(lambda x: np.sum(polygamma(n, x) * np.arange(1.0, 6.0)))(x)
+    assert value == pytest.approx(np.sum(sp.polygamma(n, x) * np.arange(1.0, 6.0)), rel=1e-12)
+    np.testing.assert_allclose(grad, sp.polygamma(n + 1, x) * np.arange(1.0, 6.0), rtol=1e-11)
+    assert sp._basic.asarray is np.asarray

@@ -290,7 +290,30 @@ def _switches() -> list[tuple[Any, str]]:
             found.append((api, "SCIPY_ARRAY_API"))
         if hasattr(override, "array_api_compat"):
             found.append((override, "array_api_compat"))
+    for name in _ASARRAY_MODULES:  # scipy functions written in Python that convert first
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "asarray", None) is not None:
+            found.append((module, "asarray"))
     return found
+
+
+#: scipy modules whose Python-level functions call ``asarray`` (numpy's, imported by name) on
+#: their arguments before ufuncs that trace: ``scipy.special.polygamma(n, x)`` is
+#: ``where(n == 0, psi(x), (-1)**(n+1) gamma(n+1) zeta(n+1, x))`` after ``asarray``. While a
+#: trace runs, their ``asarray`` passes traced values through (:func:`_keep_traced`).
+_ASARRAY_MODULES = ("scipy.special._basic",)
+
+
+class _keep_traced:
+    """``asarray`` that returns a traced value as it is (numpy's for anything else)."""
+
+    def __init__(self, asarray: Any):
+        self._asarray = asarray
+
+    def __call__(self, a: Any, *args: Any, **kw: Any) -> Any:
+        if isinstance(a, Tracer):
+            return a
+        return self._asarray(a, *args, **kw)
 
 
 class _MixedNamespaces:
@@ -313,6 +336,8 @@ class _MixedNamespaces:
 
 def _on(key: str, old: Any) -> Any:
     """The value a switch takes during a trace."""
+    if key == "asarray":
+        return _keep_traced(old)
     return _MixedNamespaces(old) if key == "array_api_compat" else True
 
 
@@ -329,7 +354,7 @@ def _set(owner: Any, key: str, value: Any) -> None:
 
 def scipy_mode_on() -> bool:
     """Whether scipy's array-API mode is on now (False if scipy is not imported)."""
-    switches = [(o, k) for o, k in _switches() if k == "SCIPY_ARRAY_API"]
+    switches = [(o, k) for o, k in _switches() if k == "SCIPY_ARRAY_API"]  # (not asarray)
     return bool(switches) and all(bool(_get(o, k)) for o, k in switches)
 
 
