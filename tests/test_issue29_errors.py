@@ -62,3 +62,32 @@ def test_scipy_code_that_cannot_trace_names_the_users_line_and_the_function():
     line = next(i for i, t in enumerate(open(__file__), 1) if t.rstrip().endswith("# HERE"))
     assert msg.startswith(f"{__file__}:{line} in f()"), msg
     assert "scipy.linalg.cho_factor" in msg and "np.linalg" in msg
+
+
+@dataclasses.dataclass
+class Layer:
+    w: np.ndarray
+    activation: str = "tanh"
+    bias: np.ndarray | None = None
+
+
+def test_a_dataclass_fields_that_are_metadata_are_not_leaves():
+    """A string or None field is part of the structure (another value: another specialisation),
+    not an argument that must be an array."""
+
+    def loss(layer, x):
+        act = np.tanh if layer.activation == "tanh" else np.sin
+        z = layer.w * x if layer.bias is None else layer.w * x + layer.bias
+        return np.sum(act(z) ** 2)
+
+    x = np.array([0.5, -1.0, 2.0])
+    layer = Layer(np.array([1.0, 2.0, 3.0]))
+    g = tj.grad(loss)(layer, x)
+    assert isinstance(g, Layer) and g.activation == "tanh" and g.bias is None
+    t = np.tanh(layer.w * x)
+    np.testing.assert_allclose(g.w, 2 * t * (1 - t**2) * x, rtol=1e-13)
+    other = Layer(np.array([1.0, 2.0, 3.0]), "sin", np.ones(3))  # another structure
+    g2 = tj.grad(loss)(other, x)
+    z = other.w * x + 1.0
+    np.testing.assert_allclose(g2.w, 2 * np.sin(z) * np.cos(z) * x, rtol=1e-13)
+    np.testing.assert_allclose(g2.bias, 2 * np.sin(z) * np.cos(z), rtol=1e-13)

@@ -12,6 +12,7 @@ arrays computed in ``f``) is handled here too: ``aux`` comes back from the same 
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -57,10 +58,8 @@ class _Trees:
                 try:
                     self._ot.register_pytree_node(
                         cls,
-                        lambda obj, names=names: (
-                            tuple(getattr(obj, n) for n in names), None, names
-                        ),
-                        lambda _, children, cls=cls, names=names: cls(**dict(zip(names, children))),
+                        functools.partial(_flatten_dataclass, names=names),
+                        functools.partial(_unflatten_dataclass, cls),
                         path_entry_type=self._ot.GetAttrEntry,
                         namespace=NAMESPACE,
                     )
@@ -76,6 +75,27 @@ class _Trees:
     def tree_flatten_with_path(self, tree: Any, *args: Any, **kw: Any):
         self._register(tree)
         return self._ot.tree_flatten_with_path(tree, *args, namespace=NAMESPACE, **kw)
+
+
+def _static(value: Any) -> bool:
+    """A dataclass field that is metadata, not data: a string, ``None``, a bool, a function or a
+    class (part of the structure: another value is another specialisation)."""
+    return isinstance(value, (str, bytes, bool, type(None), type)) or (
+        callable(value) and not isinstance(value, np.ndarray)
+    )
+
+
+def _flatten_dataclass(obj: Any, names: tuple[str, ...]) -> tuple:
+    """``(children, metadata, child names)``: the fields that hold data are children, the
+    others (:func:`_static`) travel in the tree's structure."""
+    data = tuple(n for n in names if not _static(getattr(obj, n)))
+    meta = tuple((n, getattr(obj, n)) for n in names if n not in data)
+    return tuple(getattr(obj, n) for n in data), (data, meta), data
+
+
+def _unflatten_dataclass(cls: type, metadata: tuple, children: Any) -> Any:
+    data, meta = metadata
+    return cls(**dict(zip(data, children)), **dict(meta))
 
 
 _trees: _Trees | None = None
