@@ -83,3 +83,5 @@ def test_a_masked_array_argument_is_refused_not_unmasked():
         g(m)
     with pytest.raises(TypeError, match="masked array"):
         tj.compile(f, m, cache=False)
+    with pytest.raises(TypeError, match=r"d\['a'\] is a numpy masked array"):
+        tj.grad(lambda d: np.sum(d["a"]))({"a": m})

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..frontend.loops import loop_capture
+from ..frontend.tracing import masked_array_error
 
 from .function import GradientFunction
 
@@ -150,6 +151,8 @@ class _Structure:
             self.treedefs.append(treedef)
             for p, leaf in zip(paths, leaves):
                 where = _path(name, p)
+                if isinstance(leaf, np.ma.MaskedArray):
+                    raise masked_array_error(where)
                 if not is_array_like(leaf):
                     raise TypeError(
                         f"{where} must be a float64 array or a number, got {type(leaf).__name__}"
