@@ -94,37 +94,54 @@ def _loggamma(x):
 _STIRLING = (1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360, 1 / 156, -3617 / 122400)
 
 
-def _stirling_tail(z):
-    w = 1.0 / (z * z)
-    return _horner(_STIRLING[::-1], w) / z
+def _stirling_tail(iz):
+    """The Stirling series above at z = 1 / iz."""
+    return _horner(_STIRLING[::-1], iz * iz) * iz
 
 
 def _log_poch_large(z, m):
     """log(Gamma(z + m) / Gamma(z)) for z, z + m >= 10, without subtracting two log Gammas:
     m log z + (z + m - 1/2) log1p(m / z) - m + the difference of the Stirling tails."""
+    iz = 1.0 / z
+    zm = z + m
     return (
         m * np.log(z)
-        + (z + m - 0.5) * np.log1p(m / z)
+        + (zm - 0.5) * np.log1p(m * iz)
         - m
-        + (_stirling_tail(z + m) - _stirling_tail(z))
+        + (_stirling_tail(1.0 / zm) - _stirling_tail(iz))
     )
 
 
-def _poch_value(z, m):
-    from .np_math import _gammasgn
+def _odd(n):
+    """1 for odd integers n, 0 for even ones (n - 2 floor(n / 2): vectorises, fmod is a libm
+    call per element); NaN at +-inf."""
+    return n - 2.0 * np.floor(0.5 * n)
 
+
+def _gamma_sign(x):
+    """scipy.special.gammasgn (np_math's), with the parity of ceil(-x) by :func:`_odd`."""
+    neg = 1.0 - 2.0 * _odd(np.ceil(-x))
+    zero = _where(1.0 / x < 0.0, -1.0, 1.0)  # the sign of a zero
+    return _where(x > 0.0, 1.0, _where(x == 0.0, zero, _where(x == np.floor(x), np.nan, neg)))
+
+
+def _poch_value(z, m):
     zm = z + m
     large = (z >= 10.0) & (zm >= 10.0)
     lg = _log_poch_large(_where(large, z, 10.0), _where(large, m, 0.0))
-    small = _gammaln(zm) - _gammaln(z)
-    sign = _gammasgn(zm) * _gammasgn(z)
-    r = sign * np.exp(_where(large, lg, small))
     pole_z = (z <= 0.0) & (z == np.floor(z))
     pole_zm = (zm <= 0.0) & (zm == np.floor(zm))
     # Gamma(z + m)/Gamma(z) with z a pole: a finite ratio when z + m is one too (a product of
-    # integers), computed as (-1)^m Gamma(1 - z) / Gamma(1 - z - m); 0 when only z is
-    refl = np.exp(_gammaln(1.0 - z) - _gammaln(1.0 - zm)) * (1.0 - 2.0 * (abs(m) % 2.0))
-    r = _where(pole_z, _where(pole_zm, refl, 0.0), r)
+    # integers), computed as (-1)^m Gamma(1 - z) / Gamma(1 - z - m) by the same two log Gammas;
+    # 0 when only z is
+    refl = pole_z & pole_zm
+    small = _gammaln(_where(refl, 1.0 - z, zm)) - _gammaln(_where(refl, 1.0 - zm, z))
+    pos = (z > 0.0) & (zm > 0.0)
+    sign_z = 1.0 - 2.0 * _odd(np.ceil(-z))  # at z <= 0 only off the poles (handled below)
+    sign = _where(pos, 1.0, _gamma_sign(zm) * _where(z > 0.0, 1.0, sign_z))
+    sign = _where(refl, 1.0 - 2.0 * _odd(abs(m)), sign)
+    r = sign * np.exp(_where(large, lg, small))
+    r = _where(pole_z & ~pole_zm, 0.0, r)
     return _where(m == 0.0, 1.0, r)
 
 

@@ -76,28 +76,30 @@ def _gauss_pdf(x):
 _ndtr = _rule(_ndtr_value, lambda out, x: _gauss_pdf(x))
 
 
-def _log_ndtr_value(x):
+def _log_ndtr_parts(x):
+    """(log Phi(x), phi(x) / Phi(x)) from one erfc(|x| / sqrt 2) (shared with erfcx's), one
+    erfcx and one exp(-x^2 / 2): Q = Phi(-|x|) is erfc / 2 for |x| <= 1 and erfcx exp(-x^2 / 2)
+    / 2 beyond (the square exact, as in ndtr); below -1 log(erfcx / 2) - x^2 / 2 and sqrt(2 /
+    pi) / erfcx (no underflow)."""
+    ax = abs(x)
+    y = ax * (1.0 / _SQRT2)
+    ec = _erfc(_where(y >= 20.0, 0.0, y))  # the node erfcx computes below 20
+    e = _erfcx_value(y)
+    big = ax > 1.0
+    g = _exp_sq(_where(ax > 40.0, 40.0, ax), -0.5)  # exp(-x^2/2): 0 beyond 40 (underflow)
+    q = _where(big, 0.5 * e * g, 0.5 * ec)
     low = x < -1.0
     xl = _where(low, x, -1.0)
-    tail = np.log(0.5 * _erfcx_value(-xl / _SQRT2)) - 0.5 * xl * xl
-    xm = _where(low, 0.0, x)
-    high = np.log1p(-_ndtr_value(-xm))  # log(1 - Phi(-x)): exact as Phi -> 1
-    mid = np.log(0.5 * _erfc(-xm / _SQRT2))
-    return _where(low, tail, _where(xm > 0.0, high, mid))
-
-
-def _log_ndtr_derivative(out, x):
-    """phi(x) / Phi(x): below -1 as sqrt(2/pi) / erfcx(-x / sqrt 2) (no underflow)."""
-    low = x < -1.0
-    xl = _where(low, x, -1.0)
-    tail = (2.0 / _SQRT2PI) / _erfcx_value(-xl / _SQRT2)
-    xm = _where(low, 0.0, x)
-    return _where(low, tail, _gauss_pdf(xm) / _ndtr_value(xm))
+    logs = np.log(_where(low, 0.5 * e, q))
+    value = _where(low, logs - 0.5 * xl * xl, _where(x > 0.0, np.log1p(-q), logs))
+    phi_num = _where(low, 2.0 / _SQRT2PI, g * (1.0 / _SQRT2PI))
+    deriv = phi_num / _where(low, e, _where(x > 0.0, 1.0 - q, q))
+    return value, deriv
 
 
 #: log_ndtr(x) = log Phi(x): log(erfcx(-x/sqrt 2)/2) - x^2/2 below -1 (no underflow for any
 #: x), log1p(-Phi(-x)) above 0. Bound: 4 ulp against mpmath on [-1e150, 40].
-_log_ndtr = _rule(_log_ndtr_value, _log_ndtr_derivative)
+_log_ndtr = _rule(lambda x: _log_ndtr_parts(x)[0], lambda out, x: _log_ndtr_parts(x)[1])
 
 
 # Wichura's AS 241 (PPND16), Appl. Statist. 37 (1988) 477-484: Phi^-1(p) = q A(r) / B(r) with
