@@ -281,6 +281,23 @@ def test_scipy_stats_matches_scipy(name, dist, shapes, xr, method):
     _check(f, [x * 1.2 + 0.1, p], rtol=1e-11)
 
 
+@pytest.mark.parametrize("method", ["cdf", "logcdf", "sf", "logsf"])
+def test_scipy_stats_gamma_distribution_functions(method):
+    """gamma.cdf & co. through gammainc/gammaincc (scipy's _cdf/_sf; logcdf = log cdf as
+    scipy's generic code): x, loc and scale traced, the shape a a constant (gammainc has no
+    derivative in a: differentiating there raises, naming the line)."""
+    f = lambda x, p: wsum(getattr(st.gamma, method)(x, 2.5, loc=p[0], scale=p[1]))  # noqa: E731
+    x = np.concatenate([RNG.uniform(0.5, 4.0, 5), RNG.uniform(6.0, 12.0, 3)]) * 1.2 + 0.1
+    _check(f, [x, np.array([0.1, 1.2])], rtol=1e-12)
+
+    def g(a):
+        return np.sum(getattr(st.gamma, method)(np.array([1.0, 3.0]), a))  # MARK
+
+    with pytest.raises(tj.TracingError) as e:
+        tj.grad(g)(np.array([2.0, 3.0]))
+    assert f"test_numpy_more.py:{g.__code__.co_firstlineno + 1}" in str(e.value)
+
+
 def test_scipy_stats_frozen_and_positional():
     _check(lambda x: np.sum(st.norm(x[0], x[1] ** 2 + 0.5).logpdf(x[2:])), [RNG.standard_normal(5)])
     _check(lambda x: np.sum(st.gamma.logpdf(x + 2.0, 2.0, 0.3, 1.5)), [RNG.random(4)], rtol=1e-11)
