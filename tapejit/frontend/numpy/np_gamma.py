@@ -337,6 +337,10 @@ def _gamma_fraction(a, x, terms: int = _FRACTION_TERMS):
     return p / q
 
 
+#: The largest shape a gammainc/gammaincc compute (1e-13 relative up to here); NaN above.
+GAMMAINC_A_MAX = 50.0
+
+
 def _gammainc_pq(a, x):
     """(P(a, x), Q(a, x)) for a > 0, x >= 0: the series below x = a + 1 (72 terms reach 1e-16
     there for a <= 50), the fraction above (72 terms: 1e-14 for a >= 0.05 near x = a + 1, where
@@ -353,11 +357,14 @@ def _gammainc_pq(a, x):
     q = pre / _gamma_fraction(a1, xf)
     p_out = _where(use_series, p, 1.0 - q)
     q_out = _where(use_series, 1.0 - p, q)
+    # a > A_MAX: the fixed-length forms are not accurate there (x = a = 1000 was off by 0.01,
+    # a = 1e20 gave -inf): NaN, never a wrong probability (Temme's expansion is not implemented)
     bad = (a < 0.0) | _isnan(a) | _isnan(x) | (x < 0.0) | ((a == 0.0) & (x == 0.0))
     edge_p = _where(x == 0.0, 0.0, 1.0)  # x = 0, x = inf, a = 0 (P(0, x) = 1 as scipy)
     p_out = _where(ok, p_out, _where(bad, np.nan, edge_p))
     q_out = _where(ok, q_out, _where(bad, np.nan, 1.0 - edge_p))
-    return p_out, q_out
+    big = a > GAMMAINC_A_MAX
+    return _where(big, np.nan, p_out), _where(big, np.nan, q_out)
 
 
 def _gamma_density(a, x):
@@ -377,8 +384,9 @@ _gammaincc_rule = _rule(
 def _gammainc(a, x):
     """scipy.special.gammainc(a, x) = P(a, x), the regularised lower incomplete gamma function;
     d/dx = x^(a-1) e^-x / Gamma(a). Bound: 1e-13 relative against mpmath for a in (0, 50],
-    x in [0, 200] (from the prefactor's exp of a log x - x - log Gamma). Differentiating in a
-    raises a TracingError naming the line."""
+    x in [0, 200] (from the prefactor's exp of a log x - x - log Gamma); NaN for a > 50, where
+    the fixed-length forms are not accurate (scipy switches to Temme's uniform expansion, not
+    implemented here). Differentiating in a raises a TracingError naming the line."""
     a, x = _t(a), _t(x)
     return _no_derivative(_gammainc_rule(a, x), a, "the derivative of gammainc(a, x) in a")
 
