@@ -323,3 +323,14 @@ def test_gammainc_beyond_its_shape_bound_is_nan_not_a_wrong_probability():
     np.testing.assert_allclose(p[:2], sp.gammainc(a[:2], a[:2] * 1.1), rtol=1e-13)
     np.testing.assert_allclose(q[:2], sp.gammaincc(a[:2], a[:2] * 1.1), rtol=1e-13)
     assert np.all(np.isnan(p[2:])) and np.all(np.isnan(q[2:]))
+
+
+def test_ndtr_far_in_the_lower_tail_is_zero_not_nan():
+    """x = -inf and x = -1e300 gave NaN (x^2 overflowed in the tail's exp(-x^2/2))."""
+    import scipy.special as sp
+
+    f = tj.jit(lambda v: sp.ndtr(v))
+    x = np.array([-np.inf, -1e300, -1e10, -40.0, 1e300, np.inf, np.nan])
+    got = f(x)
+    np.testing.assert_array_equal(got[:-1], sp.ndtr(x[:-1]))
+    assert np.isnan(got[-1])

@@ -62,7 +62,8 @@ def _ndtr_value(x):
     """Phi(x) = erfc(-x / sqrt 2) / 2; below -1 as erfcx(-x / sqrt 2) exp(-x^2 / 2) / 2 with
     the square exact (erfc of the rounded x / sqrt 2 would be |x|^2 ulps off far out)."""
     low = x < -1.0
-    xl = _where(low, x, -1.0)
+    xl = _where(low, _where(x < -40.0, -40.0, x), -1.0)  # Phi(-40) underflows to 0 already;
+    # below, x^2 would overflow (x = -inf, -1e300 gave NaN for 0)
     tail = 0.5 * _erfcx_value(-xl / _SQRT2) * _exp_sq(xl, -0.5)
     return _where(low, tail, 0.5 * _erfc(-_where(low, 0.0, x) / _SQRT2))
 
