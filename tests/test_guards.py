@@ -12,17 +12,9 @@ import numpy as np
 import pytest
 
 import tapejit as tj
+from oracles import central
 
 RNG = np.random.default_rng(5)
-
-
-def central(f, x, h=1e-6):
-    g = np.zeros_like(x)
-    for i in range(x.size):
-        e = np.zeros_like(x)
-        e.flat[i] = h
-        g.flat[i] = (f(x + e) - f(x - e)) / (2 * h)
-    return g
 
 
 def cubic_or_square(x):
