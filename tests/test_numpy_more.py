@@ -298,6 +298,27 @@ def test_scipy_stats_gamma_distribution_functions(method):
     assert f"test_numpy_more.py:{g.__code__.co_firstlineno + 1}" in str(e.value)
 
 
+@pytest.mark.parametrize("name,shapes,xr", [("t", (3.5,), (-4.0, 4.0)), ("t", (0.7,), (-30.0, 3.0)),
+                                               ("beta", (2.0, 3.0), (0.05, 0.95)),
+                                               ("beta", (0.5, 40.0), (0.001, 0.3))])
+@pytest.mark.parametrize("method", ["cdf", "logcdf", "sf", "logsf"])
+def test_scipy_stats_t_and_beta_distribution_functions(name, shapes, xr, method):
+    """t.cdf & co. through stdtr (scipy's _cdf; _sf = stdtr(df, -x)), beta.cdf & co. through
+    betainc/betaincc: x, loc and scale traced, the shapes constants (no derivative there:
+    differentiating in them raises, naming the line)."""
+    dist = getattr(st, name)
+    f = lambda x, p: wsum(getattr(dist, method)(x, *shapes, loc=p[0], scale=p[1]))  # noqa: E731
+    x = RNG.uniform(*xr, 8) * 1.2 + 0.1
+    _check(f, [x, np.array([0.1, 1.2])], rtol=1e-12)
+
+    def g(a):
+        return np.sum(getattr(dist, method)(np.array([0.2, 0.4]), a, *shapes[1:]))  # MARK
+
+    with pytest.raises(tj.TracingError) as e:
+        tj.grad(g)(np.array([2.0, 3.0]))
+    assert f"test_numpy_more.py:{g.__code__.co_firstlineno + 1}" in str(e.value)
+
+
 def test_scipy_stats_frozen_and_positional():
     _check(lambda x: np.sum(st.norm(x[0], x[1] ** 2 + 0.5).logpdf(x[2:])), [RNG.standard_normal(5)])
     _check(lambda x: np.sum(st.gamma.logpdf(x + 2.0, 2.0, 0.3, 1.5)), [RNG.random(4)], rtol=1e-11)

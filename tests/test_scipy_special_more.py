@@ -96,6 +96,41 @@ POS = np.concatenate([np.logspace(-300, -1, 40), np.linspace(0.1, 5, 40), np.log
 X01 = np.concatenate([[0.0], np.logspace(-300, -1, 30), np.linspace(0.1, 0.9, 17),
                       1.0 - np.logspace(-1, -16, 16), [1.0]])  # fmt: skip
 
+def _betaincc_ref(a, b, x):
+    """1 - I_x(a, b) as I_1-x(b, a), with 1 - x exact (x >= 1e-300)."""
+    with mp.workdps(360):
+        return +mp.betainc(b, a, 0, 1 - x, regularized=True)
+
+
+def _stdtr_ref(df, t):
+    if df <= 0 or df > 200:
+        return mp.nan
+    if mp.isinf(t):
+        return mp.mpf(1 if t > 0 else 0)
+    x, y = df / (df + t * t), t * t / (df + t * t)  # y exact near t = 0 (mp.diff's steps)
+    if x < 0.5:
+        half = mp.betainc(df / 2, mp.mpf(0.5), 0, x, regularized=True) / 2
+    else:
+        half = (1 - mp.betainc(mp.mpf(0.5), df / 2, 0, y, regularized=True)) / 2
+    return half if t <= 0 else 1 - half
+
+
+def _beta_grid(a_axis, b_axis):
+    """The outer grid of a, b and X01, plus the switch point x = (a+1)/(a+b+2) and its
+    neighbours (the fraction converges slowest there) for each a, b."""
+    a, b, x = _grid(a_axis, b_axis, X01)
+    ga, gb = _grid(a_axis, b_axis)
+    sw = (ga + 1.0) / (ga + gb + 2.0)
+    near = [np.minimum(sw * (1.0 + d), 1.0) for d in (-1e-3, -1e-9, 0.0, 1e-9, 1e-3)]
+    return (np.concatenate([a, *[ga] * 5]), np.concatenate([b, *[gb] * 5]),
+            np.concatenate([x, *near]))  # fmt: skip
+
+
+#: betainc's domain: a in (0, 100], b in [0.1, 100] (betaincc: a and b exchanged)
+BETA_SMALL = [1e-300, 1e-5, 0.05, 0.1, 0.5, 1.0, 2.5, 10.0, 33.3, 99.0, 100.0]
+BETA_LARGE = [0.1, 0.11, 0.5, 1.0, 3.0, 10.0, 50.0, 100.0]
+BETA_D = _grid([0.5, 2.5, 30.0], [0.7, 3.0, 30.0], [0.05, 0.3, 0.6, 0.95])
+
 BESSEL_X = np.concatenate([_signed_log(-300, 0, 20), np.linspace(-700, 700, 301), [713.9]])
 BESSEL_D = np.array([-30.0, -2.0, -1e-3, 0.0, 0.5, 3.0, 17.9, 18.1, 100.0])
 
@@ -157,6 +192,14 @@ CASES = [
     ("gammaincc", sc.gammaincc, lambda a, x: mp.gammainc(a, x, mp.inf, regularized=True),
      _grid([0.05, 0.5, 1.0, 2.5, 10.0, 33.3, 50.0], np.concatenate([[0.0], np.logspace(-5, 2.3, 25)])),
      1e-13 / EPS, _grid([0.5, 2.5, 10.0], [0.3, 2.0, 15.0])),
+    ("betainc", sc.betainc, lambda a, b, x: mp.betainc(a, b, 0, x, regularized=True),
+     _beta_grid(BETA_SMALL, BETA_LARGE), 1e-13 / EPS, BETA_D),
+    ("betaincc", sc.betaincc, _betaincc_ref, _beta_grid(BETA_LARGE, BETA_SMALL), 1e-13 / EPS,
+     BETA_D),
+    ("stdtr", sc.stdtr, _stdtr_ref,
+     _grid([1e-3, 0.1, 0.5, 1.0, 2.5, 10.0, 30.0, 199.0, 200.0],
+           np.concatenate([_signed_log(-300, 300, 40), np.linspace(-10, 10, 41), [-np.inf, np.inf]])),
+     1e-13 / EPS, _grid([0.5, 3.0, 30.0], [-20.0, -1.5, -1e-3, 0.0, 0.7, 4.0])),
     ("exp1", sc.exp1, lambda x: mp.e1(x) if x >= 0 else mp.nan, (np.concatenate([[0.0, -1.0], np.logspace(-300, 2.85, 200)]),), 8,
      (np.array([1e-3, 0.7, 1.5, 1.6, 4.0, 30.0]),)),
     ("expi", sc.expi, mp.ei, (np.concatenate([[0.0], -np.logspace(-300, 2.85, 100),
@@ -169,7 +212,8 @@ CASES = [
 
 
 #: the arguments whose derivative is checked (default: all)
-DIFF_ARGS = {"zeta": (1,), "gammainc": (1,), "gammaincc": (1,)}
+DIFF_ARGS = {"zeta": (1,), "gammainc": (1,), "gammaincc": (1,), "betainc": (2,), "betaincc": (2,),
+             "stdtr": (1,)}
 
 
 def _erfcx_ref(x):
@@ -287,7 +331,8 @@ def test_derivative_with_respect_to_an_unsupported_argument_names_the_line():
     assert "with respect to s" in str(info.value)
 
 
-@pytest.mark.parametrize("f", [sc.i0, sc.expi, lambda x: sc.gammainc(2.5, x)], ids=["i0", "expi", "gammainc"])
+@pytest.mark.parametrize("f", [sc.i0, sc.expi, lambda x: sc.gammainc(2.5, x), lambda x: sc.betainc(2.5, 3.0, x / 31.0)],
+                         ids=["i0", "expi", "gammainc", "betainc"])  # fmt: skip
 def test_series_stay_unrolled_and_fused(f):
     """A 48-term Horner rule or an 80-step fraction must not be re-rolled into a loop over
     whole arrays (it was: 210 MB of workspace and 30x scipy's time for i0 on 1e5 elements)."""
@@ -334,3 +379,49 @@ def test_ndtr_far_in_the_lower_tail_is_zero_not_nan():
     got = f(x)
     np.testing.assert_array_equal(got[:-1], sp.ndtr(x[:-1]))
     assert np.isnan(got[-1])
+
+
+def test_betainc_and_stdtr_outside_their_domain_are_nan_and_edges_as_scipy():
+    """NaN where the fixed-length fraction or the complement is not accurate (a or b > 100, the
+    small parameter of the complement < 0.1, df > 200), never a wrong probability; scipy's
+    values at the edges (x = 0, 1, a = 0 or b = 0, t = +-inf) and NaN for invalid arguments."""
+    import scipy.special as sp
+
+    f = tj.jit(lambda a, b, x: (sp.betainc(a, b, x), sp.betaincc(a, b, x)))
+    a = np.array([101.0, 2.0, np.inf, 2.0, 0.05, 2.0, 1.0, 0.0, 2.0, 0.0, -1.0, 2.0, 2.0, np.nan, 2.0])
+    b = np.array([2.0, 1e3, 1.0, 0.05, 2.0, 3.0, 1.0, 2.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])
+    x = np.array([0.5, 0.5, 0.5, 0.5, 0.5, 0.0, 1.0, 0.3, 0.3, 0.5, 0.5, -0.1, 1.1, 0.5, np.nan])
+    p, q = f(a, b, x)
+    nan_p = np.isnan(p)
+    nan_q = np.isnan(q)
+    assert nan_p[[0, 1, 2, 3]].all() and not nan_p[4] and nan_q[[0, 1, 2, 4]].all() and not nan_q[3]
+    edge = slice(5, 9)  # x = 0, x = 1, a = 0 < x, b = 0 and x < 1
+    np.testing.assert_array_equal(p[edge], sp.betainc(a[edge], b[edge], x[edge]))
+    np.testing.assert_array_equal(q[edge], sp.betaincc(a[edge], b[edge], x[edge]))
+    assert np.isnan(p[9:]).all() and np.isnan(q[9:]).all()
+    g = tj.jit(lambda df, t: sp.stdtr(df, t))
+    df = np.array([201.0, np.inf, 0.0, -1.0, np.nan, 3.0, 3.0, 3.0, 0.5])
+    t = np.array([1.0, 1.0, 1.0, 1.0, 1.0, np.nan, -np.inf, np.inf, -1e300])
+    got = g(df, t)
+    assert np.isnan(got[:6]).all()
+    np.testing.assert_allclose(got[6:8], sp.stdtr(df[6:8], t[6:8]), rtol=1e-13)
+    # scipy answers 0 at df = 1/2, t = -1e300: the tail is |t|^-df/2 there, 3.2e-151
+    assert got[8] == pytest.approx(float(_stdtr_ref(mp.mpf(0.5), mp.mpf(-1e300))), rel=1e-13)
+
+
+@pytest.mark.parametrize("which", ["betainc_a", "betaincc_b", "stdtr_df"])
+def test_betainc_and_stdtr_derivative_in_a_shape_names_the_line(which):
+    import scipy.special as sp
+
+    def f(a):
+        if which == "betainc_a":
+            return np.sum(sp.betainc(a, 2.0, 0.3))  # MARK
+        if which == "betaincc_b":
+            return np.sum(sp.betaincc(2.0, a, 0.3))  # MARK
+        return np.sum(sp.stdtr(a, 0.3))  # MARK
+
+    with pytest.raises(tj.TracingError) as info:
+        tj.grad(f)(np.array([2.0, 3.0]))
+    line = f.__code__.co_firstlineno + {"betainc_a": 2, "betaincc_b": 4, "stdtr_df": 5}[which]
+    assert f"test_scipy_special_more.py:{line}" in str(info.value)
+    assert {"betainc_a": "in a", "betaincc_b": "in b", "stdtr_df": "in df"}[which] in str(info.value)

@@ -74,7 +74,7 @@ from .np_math import (
     _tensordot,
     _where_fn,
 )
-from . import np_gamma as _spg, np_normal as _spn, np_special as _sp
+from . import np_beta as _spb, np_gamma as _spg, np_normal as _spn, np_special as _sp
 from .np_reduce import (
     _average,
     _diff,
@@ -200,6 +200,9 @@ UFUNCS.update({
     "i1e": _sp.lifted(_spg._i1e),
     "gammainc": _spg._gammainc,
     "gammaincc": _spg._gammaincc,
+    "betainc": _spb._betainc,
+    "betaincc": _spb._betaincc,
+    "stdtr": _spb._stdtr,
     "exp1": _sp.lifted(_spg._exp1),
     "expi": _sp.lifted(_spg._expi),
 })  # fmt: skip

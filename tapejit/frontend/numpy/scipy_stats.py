@@ -20,10 +20,11 @@ methods.
 Each row's formulas are scipy's ``_logpdf``/``_cdf``/... (``scipy/stats/_continuous_distns.py``),
 missing ones derived as scipy derives them (``pdf = exp(logpdf)``, ``logcdf = log(cdf)``,
 ``sf = 1 - cdf``, ``logsf = log(sf)``). A distribution or method not in the table, or one whose
-scipy.special function tapejit does not trace (``t.cdf`` needs ``stdtr``, ``beta.cdf``
-``betainc``), raises a :class:`~tapejit.TracingError` naming the user's line and what is
-supported. ``gamma.cdf sf logcdf logsf`` trace (``gammainc``/``gammaincc``) with derivatives in
-``x``, ``loc`` and ``scale``; differentiating in the shape ``a`` raises, naming the line. The wrappers are installed for the duration of a trace and
+scipy.special function tapejit does not trace, raises a :class:`~tapejit.TracingError` naming
+the user's line and what is supported. ``gamma``'s, ``t``'s and ``beta``'s ``cdf sf logcdf
+logsf`` trace (``gammainc``/``gammaincc``, ``stdtr``, ``betainc``/``betaincc``, NaN outside
+their stated domains) with derivatives in ``x``, ``loc`` and ``scale``; differentiating in a
+shape raises, naming the line. The wrappers are installed for the duration of a trace and
 restored after it (re-entrant, thread-safe: another thread's numpy calls get scipy's methods).
 """
 
