@@ -92,13 +92,18 @@ class Dispatcher:
         """Trace and compile a variant for ``args`` and put it first in the list (the least
         recently used beyond ``max_specialisations`` is dropped)."""
         v = self._compile(args, **spec)
+        self._keep(v)
+        return v
+
+    def _keep(self, v: Variant) -> None:
+        """Count a newly compiled ``v`` and put it first (the least recently used beyond
+        ``max_specialisations`` is dropped)."""
         self.compiles += 1
         self.variants.insert(0, v)
         for old in self.variants[self.options.max_specialisations :]:
             old.link(None)
         del self.variants[self.options.max_specialisations :]
         self._relink()
-        return v
 
     def _relink(self) -> None:
         """Chain the variants' fast paths in list order, so that a guard failing in native code
@@ -219,11 +224,7 @@ class Dispatcher:
         r, v = self._settle(args, out)
         if v is None:
             return r
-        self.variants.insert(0, v)
-        self.compiles += 1
-        for old in self.variants[self.options.max_specialisations :]:
-            old.link(None)
-        del self.variants[self.options.max_specialisations :]
+        self._keep(v)
         if self.compiles > self.options.max_specialisations and not self._warned:
             self._warned = True
             warnings.warn(

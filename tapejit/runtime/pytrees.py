@@ -12,6 +12,7 @@ arrays computed in ``f``) is handled here too: ``aux`` comes back from the same 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, Sequence
 
@@ -41,8 +42,6 @@ class _Trees:
         return getattr(self._ot, name)
 
     def _register(self, tree: Any, depth: int = 0) -> None:
-        import dataclasses
-
         if depth > 100:
             return
         if isinstance(tree, (tuple, list)):
@@ -69,13 +68,22 @@ class _Trees:
             for n in names:
                 self._register(getattr(tree, n), depth + 1)
 
+    def _flatten(self, how: Callable, tree: Any, *args: Any, **kw: Any) -> tuple:
+        """``how(tree)`` in :data:`NAMESPACE`; a dataclass not registered yet comes out as a
+        leaf: register the tree's dataclasses then and flatten again (the walk runs only then,
+        not on every call)."""
+        out = how(tree, *args, namespace=NAMESPACE, **kw)
+        leaves = out[-2]
+        if any(dataclasses.is_dataclass(x) and not isinstance(x, type) for x in leaves):
+            self._register(tree)
+            out = how(tree, *args, namespace=NAMESPACE, **kw)
+        return out
+
     def tree_flatten(self, tree: Any, *args: Any, **kw: Any):
-        self._register(tree)
-        return self._ot.tree_flatten(tree, *args, namespace=NAMESPACE, **kw)
+        return self._flatten(self._ot.tree_flatten, tree, *args, **kw)
 
     def tree_flatten_with_path(self, tree: Any, *args: Any, **kw: Any):
-        self._register(tree)
-        return self._ot.tree_flatten_with_path(tree, *args, namespace=NAMESPACE, **kw)
+        return self._flatten(self._ot.tree_flatten_with_path, tree, *args, **kw)
 
 
 def _static(value: Any) -> bool:
@@ -129,8 +137,6 @@ def is_container(a: Any) -> bool:
     autograd take it). A top-level list of plain numbers is not (numpy users mean an array by
     ``[1.0, 2.0]``: it is rejected with the advice to pass one); lists inside a pytree are nodes
     as usual. Anything else goes to the compiled code as it is, and is validated there."""
-    import dataclasses
-
     if isinstance(a, list):
         return any(isinstance(x, np.ndarray) or is_container(x) or isinstance(x, list) for x in a)
     return isinstance(a, (tuple, dict)) or (dataclasses.is_dataclass(a) and not isinstance(a, type))
