@@ -124,11 +124,11 @@ def plan(g: Graph) -> Program:
                 classes.union(id(n), r)
                 claimed.add(r)
         elif stage == "body" and id(n) in mat and define[id(n)] == t:
-            gathered = hazards.get(t)
-            if gathered is None:
+            hit = hazards.get(t)
+            if hit is None:
                 # buffers this loop reads at other elements than its own: through a gather, or
                 # through a view at an offset; writing over them in place would be a hazard
-                gathered = hazards[t] = {
+                gathered = {
                     id(alias_root(x.args[0])) for x in bodies[t] if classify(x) == "gather"
                 } | {
                     id(alias_root(a))
@@ -136,7 +136,9 @@ def plan(g: Graph) -> Program:
                     for a in x.args
                     if classify(a) == "alias" and _view_offset(a) != 0
                 }
-            for a in _fused_reads(n, mat, bodies[t]):
+                hit = hazards[t] = (gathered, {id(x) for x in bodies[t]})
+            gathered, in_body = hit
+            for a in _fused_reads(n, mat, in_body):
                 r = id(alias_root(a))
                 if (
                     a.shape == n.shape
@@ -144,7 +146,7 @@ def plan(g: Graph) -> Program:
                     and byid[r].dtype == n.dtype
                     and r not in gathered
                     and _dies_at(r, t, last, mat, outputs, claimed)
-                    and not any(id(x) == r for x in bodies[t])
+                    and r not in in_body
                 ):
                     classes.union(id(n), r)
                     claimed.add(r)
@@ -203,14 +205,13 @@ def plan(g: Graph) -> Program:
     return prog
 
 
-def _fused_reads(n: Node, mat, body: list[Node]) -> list[Node]:
+def _fused_reads(n: Node, mat, in_body: set[int]) -> list[Node]:
     """The values a loop's materialised node ``n`` reads at its own element: its operands, and
-    through elementwise values of the same loop kept in registers, theirs (``out = (a * s) * t``
-    may write over ``a``'s buffer as ``out = a * s`` may)."""
-    in_body = {id(x) for x in body}
-    reads, stack, seen = [], list(n.args), set()
-    while stack:
-        a = stack.pop(0)
+    through elementwise values of the same loop (``id`` in ``in_body``) kept in registers,
+    theirs (``out = (a * s) * t`` may write over ``a``'s buffer as ``out = a * s`` may); nearest
+    first."""
+    reads, queue, seen = [], list(n.args), set()
+    for a in queue:  # breadth first: the queue grows while it is read
         if id(a) in seen:
             continue
         seen.add(id(a))
@@ -221,7 +222,7 @@ def _fused_reads(n: Node, mat, body: list[Node]) -> list[Node]:
             and a.op in ops.ELEMENTWISE
             and a.shape == n.shape
         ):
-            stack.extend(a.args)
+            queue.extend(a.args)
     return reads
 
 
