@@ -29,7 +29,7 @@ from typing import Callable
 
 import numpy as np
 
-from .np_common import _axis, _float_dtype, _no_kwargs, _no_out, _reduce, _t
+from .np_common import _axis, _float_dtype, _no_out, _reduce, _t
 from .np_reduce import _max, _min, _prod, _scan, _sort, _sum
 from .np_shape import _expand_dims, _moveaxis, _stack
 from ...core.ops import Op
