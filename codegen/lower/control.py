@@ -125,8 +125,12 @@ def _lower_loop_node(L: Lowering, n: Node) -> None:
         else at(out, b.add(I64(seg.offset), b.mul(tt, I64(seg.size // spec.max_steps))))
         for y, seg in enumerate(lay.ys)
     ]
-    call(body_fn, [i_slot, *carry_a, *x_t, *p_ptrs], [*carry_b, *ys], lp.body_ws)
-    for seg, src, dst in zip(lay.carries, carry_b, carry_a):
+    donated = set(lp.body.donated)  # carries the body updates in place: one buffer
+    outs = [a if k in donated else c for k, (a, c) in enumerate(zip(carry_a, carry_b))]
+    call(body_fn, [i_slot, *carry_a, *x_t, *p_ptrs], [*outs, *ys], lp.body_ws)
+    for k, (seg, src, dst) in enumerate(zip(lay.carries, carry_b, carry_a)):
+        if k in donated:
+            continue
         with L.loop(seg.size) as i:
             b.store(b.load(at(src, i)), at(dst, i))
     for y, (a, _) in accs.items():  # rows[tt] >= 0: add y_t to that row

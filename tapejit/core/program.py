@@ -89,6 +89,10 @@ class Program:
     stats: dict[str, Any] = field(default_factory=dict, compare=False)
     #: ``id(loop node) -> LoopPlan`` for every ``loop`` node of the graph.
     loops: dict[int, LoopPlan] = field(default_factory=dict, compare=False)
+    #: output positions computed in place in a donated input's buffer (a loop body's array
+    #: carry updated in place, :func:`tapejit.passes.memplan.plan`): the caller passes the same
+    #: buffer as that input and output, and nothing is written for the output itself
+    donated: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         names: dict[int, str] = {}

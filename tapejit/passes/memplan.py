@@ -82,8 +82,16 @@ def _times(sched: Schedule) -> tuple[dict[int, float], list[tuple[float, Node, s
     return define, steps
 
 
-def plan(g: Graph) -> Program:
-    """Fuse, schedule and memory-plan ``g``; see the module docstring."""
+def plan(g: Graph, donate: dict[int, int] | None = None) -> Program:
+    """Fuse, schedule and memory-plan ``g``; see the module docstring.
+
+    ``donate`` (a loop body's plan) maps an input position to an output position whose buffer
+    the caller passes as that input's too (a carry updated in place: the loop keeps one
+    buffer per array carry instead of copying it in and out of every iteration). An output
+    is computed in its donated input's buffer when it is a chain of element writes
+    (``add_at``/``put``) on that input, each the last reader of the one before; its position
+    is then listed in ``Program.donated`` and nothing else is written for it. Otherwise the
+    output is planned as usual (the caller copies it)."""
     sched = fuse(g)
     nodes = g.nodes
     byid = {id(n): n for n in nodes}
@@ -111,8 +119,21 @@ def plan(g: Graph) -> Program:
     classes = _Classes()
     claimed: set[int] = set()
     hazards: dict[float, set[int]] = {}
+    chains = _donated_chains(g, donate or {}, mat, last, outputs, define, byid)
     for t, n, stage in steps:
-        if n.op in ops.SCATTER and id(n) in mat:
+        if n.op in _ROW_WRITES and id(n) in mat:
+            acc, idx, upd = n.args
+            r = id(alias_root(acc))
+            if (
+                _dies_at(r, t, last, mat, outputs, claimed)
+                and id(alias_root(upd)) != r
+                and id(alias_root(idx)) != r
+                and _view_offset(acc) == 0
+                and byid[r].type.size == acc.type.size
+            ):
+                classes.union(id(n), r)
+                claimed.add(r)
+        elif n.op in ops.SCATTER and id(n) in mat:
             acc, upd = n.args
             r = id(alias_root(acc))
             if (
@@ -164,11 +185,18 @@ def plan(g: Graph) -> Program:
             slots[id(n)] = Slot("arg", i)
     copies: list[tuple[int, Node]] = []
     out_of: dict[int, int] = {}
+    donated: list[int] = []
+    in_arg: dict[int, int] = {}  # buffer class -> the donated input it lives in
+    for j, (i, chain) in chains.items():
+        cs = {classes.find(id(n)) for n in chain}
+        if len(cs) == 1 and set(members.get(next(iter(cs)), ())) == {id(n) for n in chain}:
+            in_arg[cs.pop()] = i
+            donated.append(j)
     # Nothing may be written to an output before the last guard is checked (a failed guard
     # leaves the caller's arrays untouched), so classes written earlier are copied at the end.
     guard_time = max((define.get(id(alias_root(c)), 0) for c, _, _ in g.guards), default=0)
     for k, o in enumerate(g.outputs):
-        if o.shape == ():
+        if o.shape == () or k in donated:
             continue
         r = id(alias_root(o))
         c = classes.find(r) if r in mat else None
@@ -182,9 +210,13 @@ def plan(g: Graph) -> Program:
             copies.append((k, o))
         else:
             out_of[c] = k
-    offset_of, workspace = _linear_scan(members, out_of, define, last, byid, rank)
+    kept = {c: ids for c, ids in members.items() if c not in in_arg}
+    offset_of, workspace = _linear_scan(kept, out_of, define, last, byid, rank)
     for c, ids in members.items():
-        slot = Slot("out", out_of[c]) if c in out_of else Slot("ws", offset_of[c])
+        if c in in_arg:
+            slot = Slot("arg", in_arg[c])
+        else:
+            slot = Slot("out", out_of[c]) if c in out_of else Slot("ws", offset_of[c])
         for i in ids:
             slots[i] = slot
     for n in nodes:
@@ -194,7 +226,8 @@ def plan(g: Graph) -> Program:
         slots[r] = Slot("alias", o, of=n)
 
     loops, workspace = _plan_loops(nodes, workspace)
-    prog = Program(g, sched.kernels, slots, tuple(copies), workspace, {}, loops)
+    prog = Program(g, sched.kernels, slots, tuple(copies), workspace, {}, loops,
+                   donated=tuple(sorted(donated)))
     prog.stats.update(
         kernels=sched.stats["kernels"] + len(copies) + _scatter_copies(prog),
         recomputed=sched.stats["recomputed"],
@@ -203,6 +236,53 @@ def plan(g: Graph) -> Program:
         work=work(prog),
     )
     return prog
+
+
+#: Element writes through a table (``acc`` with rows replaced or added to): in place when
+#: ``acc`` dies there.
+_ROW_WRITES = (Op.ADD_AT, Op.PUT)
+
+
+def _donated_chains(g: Graph, donate: dict[int, int], mat, last, outputs, define, byid):
+    """For each donated ``input -> output`` pair whose output is a chain of row writes on the
+    input, each link the last reader of the one before (and the input read last by the first),
+    ``output position -> (input position, chain nodes)``; the chain's links are then claimed
+    for in-place reuse by the caller's loop (they are in ``mat``)."""
+    found: dict[int, tuple[int, list[Node]]] = {}
+    for i, j in donate.items():
+        inp, o = g.inputs[i], g.outputs[j]
+        if o.shape == () or o.type != inp.type or sum(x is o for x in g.outputs) != 1:
+            continue
+        chain, n = [], o
+        while n.op in _ROW_WRITES and id(n) in mat and n.type == inp.type:
+            chain.append(n)
+            n = n.args[0]
+        if n is not inp or not chain:
+            continue
+        ok = True
+        prev: Node = inp
+        for link in reversed(chain):  # first write first
+            t = define.get(id(link))
+            reader = last.get(id(prev)) if prev is not inp else _last_read(g, inp, define)
+            if t is None or reader != t or id(link.args[1]) == id(prev) or link.args[2] is prev:
+                ok = False
+                break
+            prev = link
+        if ok and not any(id(c) in outputs for c in chain[1:]):
+            found[j] = (i, chain)
+    return found
+
+
+def _last_read(g: Graph, inp: Node, define) -> float | None:
+    """The time of the last step that reads input ``inp`` (directly or through a view)."""
+    t = None
+    for n in g.nodes:
+        if any(alias_root(a) is inp for a in n.args):
+            d = define.get(id(n))
+            if d is None:
+                return None  # read inside a fused loop's body: not a single step
+            t = d if t is None else max(t, d)
+    return t
 
 
 def _fused_reads(n: Node, mat, in_body: set[int]) -> list[Node]:
@@ -269,18 +349,20 @@ def _plan_loops(nodes: list[Node], top: int) -> tuple[dict[int, LoopPlan], int]:
     loops: dict[int, LoopPlan] = {}
     planned: dict[int, Program] = {}
 
-    def sub(g: Graph | None) -> Program | None:
+    def sub(g: Graph | None, donate: dict[int, int] | None = None) -> Program | None:
         if g is None:
             return None
         if id(g) not in planned:
-            planned[id(g)] = plan(optimise(g)[0])
+            planned[id(g)] = plan(optimise(g)[0], donate)
         return planned[id(g)]
 
     for n in nodes:
         if n.op != Op.LOOP:
             continue
         spec = n.attrs[0]
-        body, cond = sub(spec.body), sub(spec.cond)
+        donate = {1 + k: k for k in range(spec.n_carry)
+                  if spec.body.inputs[1 + k].shape != ()}  # fmt: skip
+        body, cond = sub(spec.body, donate), sub(spec.cond)
         carry_b = []
         for c in spec.body.outputs[: spec.n_carry]:
             carry_b.append(top)
