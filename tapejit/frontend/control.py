@@ -35,6 +35,7 @@ from .errors import TracingError, _fail
 from .trace_state import BodyTrace, _current, _state, _values, max_steps_check
 from .tracer import Tracer, _build, _wrap, add_fixed, dynamic_length, lift
 from ..ad import autodiff
+from ..passes import vectorise as loop_vectorise
 from . import dynamic_index
 from ..core import ops
 from ..core.ir import Graph, Node, Type, substitute
@@ -370,6 +371,7 @@ def _loop(
     steps: Tracer | None = None,
     info: dict | None = None,
     counting: bool = False,
+    vectorise: bool = False,
 ) -> tuple[Any, Any]:
     """Trace ``step(i, carry, [x_t...]) -> (carry, y)`` into a loop node of ``n`` iterations
     (the bound when ``cond`` is given) and return the traced ``(carry, ys)``.
@@ -404,6 +406,7 @@ def _loop(
         return _counted_loop(
             step, init, xs, n, len(body_st.index_checks), start=start, cond=cond,
             checkpointed=checkpointed, name=name, ys=ys, steps=steps, info=info,
+            vectorise=vectorise,
         )  # fmt: skip
     new_carry, y = result
     nc_leaves, nc_struct = _flatten(new_carry)
@@ -484,6 +487,13 @@ def _loop(
         _values.setdefault(id(t.node), (t.node, t.value))
     loop = _wrap(make(*(t.node for t in args)))
     lay = ops.loop_layout(spec)
+    if vectorise and not ys and info is None:
+        # independent iterations (sums and scatter-adds of terms of the counter): array code
+        counter = lift(np.arange(start, start + n, dtype=np.float64))
+        _values.setdefault(id(counter.node), (counter.node, counter.value))
+        vec = loop_vectorise.vectorise(loop.node, counter.node)
+        if vec is not None:
+            return _unflatten(c_struct, [_wrap(v) for v in vec]), None
     final = [_build(lambda m, s=s: ops.segment(m, s), loop) for s in lay.carries]
     if info is not None:  # the number of iterations run
         info["steps_run"] = _build(lambda m: ops.index(m, (lay.steps,)), loop)

@@ -438,7 +438,7 @@ def _scatter_copies(prog: Program) -> int:
     count = 0
     for k in prog.kernels:
         for n in (*k.pre, *([k.op] if k.op is not None else [])):
-            if n.op in ops.SCATTER and not _in_place(prog, n):
+            if n.op in (*ops.SCATTER, *_ROW_WRITES) and not _in_place(prog, n):
                 count += 1
     return count
 
@@ -465,6 +465,8 @@ def work(prog: Program) -> int:
                 total += math.prod(ops.matmul_dims(n.args[0].shape, n.args[1].shape))
             elif n.op in ops.SCATTER:
                 total += n.args[1].type.size + (0 if _in_place(prog, n) else n.type.size)
+            elif n.op in _ROW_WRITES:  # the rows written, and the copy unless in place
+                total += n.args[2].type.size + (0 if _in_place(prog, n) else n.type.size)
             elif n.op == Op.LOOP:  # an upper bound: every iteration the bound allows
                 lp = prog.loops[id(n)]
                 per = lp.body.stats["work"] + (lp.cond.stats["work"] if lp.cond else 0)
