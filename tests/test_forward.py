@@ -162,8 +162,8 @@ def test_inputs_outputs_names_consts_and_guards():
 
     def f(x, y, z):
         s = np.sum(x * c)
-        if s > 0.0:  # a guard
-            s = s * 2.0
+        if s > 0.0:  # a guard (a branch that returns stays one)
+            return s * 2.0 * y + np.sum(z * z)
         return s * y + np.sum(z * z)
 
     x, y, z = np.array([1.0, 2.0, 3.0]), 1.5, np.ones(2)

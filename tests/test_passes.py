@@ -682,8 +682,8 @@ def test_guards_and_batches_work_across_chunks():
 
     def f(x):
         s = chain(x)
-        if x[n - 1] > 0.5:  # a guard after ~1,500 straight-line nodes
-            s = s + x[n - 1] ** 2
+        if x[n - 1] > 0.5:  # a guard after ~1,500 straight-line nodes (it returns: not a select)
+            return s + x[n - 1] ** 2
         return s
 
     def fgrad(x):

@@ -28,9 +28,12 @@ import threading
 from contextlib import contextmanager
 from typing import Callable
 
+import numpy as np
+
 from ..trace_state import _UNSET, _current
 from ..tracer import Tracer
 from . import loop_purity, loop_source
+from ..convert import runtime as convert_runtime
 from .. import views
 from ...progress import log
 from ...core.ops import Op
@@ -117,12 +120,21 @@ def _run(it, body: Callable, carries: tuple) -> tuple:
     return carries
 
 
-def can_capture(it) -> bool:
+def can_capture(it, writes: Callable[[], tuple] | None = None) -> bool:
     """Whether a loop over ``it`` may be captured: a ``range`` of at least
-    :data:`MIN_TRIPS` iterations, while tracing (not inside a loop body's own trace). The
-    loop as written runs otherwise."""
+    :data:`MIN_TRIPS` iterations, while tracing (not inside a loop body's own trace), that
+    writes into no numpy array (``writes()``: the arrays it writes; such a loop is left to the
+    conversion, :mod:`tapejit.frontend.convert`, which carries the array). The loop as
+    written runs otherwise."""
     if type(it) is not range:
         return False
+    if writes is not None:
+        try:
+            ws = writes()
+        except NameError:
+            ws = ()
+        if any(type(w) is np.ndarray for w in ws):
+            return False
     try:
         n = len(it)
     except OverflowError:  # more than sys.maxsize iterations: the loop as written says what
@@ -334,7 +346,7 @@ def prepare(f: Callable) -> Callable:
     return loop_source.rewrite(
         f, {"_tj_for": run_loop, "_tj_read": read, "_tj_all": ALL, "_tj_can": can_capture,
             "_tj_nest": run_nest, "_tj_min": min, "_tj_max": max, "_tj_slice": slice,
-            "_tj_int": is_int},
+            "_tj_int": is_int, **convert_runtime.OPERATORS},
     )
 
 

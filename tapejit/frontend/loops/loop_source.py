@@ -34,10 +34,13 @@ import copy
 import functools
 import inspect
 import os
+import sysconfig
+import threading
 import types
 from typing import Callable
 
 from . import loop_scopes, source_code
+from ..convert import transform as convert_transform
 from .loop_scopes import names as _names
 from .loop_check import _FRAME_ATTRIBUTES, _INTROSPECTION, _Loop, _nest_loop, _NotCapturable
 from .loop_purity import _PURE_DEPTH, _fixed_names, _pure_names
@@ -47,7 +50,11 @@ from .loop_skips import _no_arguments, _SplitSkips
 ENABLED = os.environ.get("TAPEJIT_CAPTURE", "1") not in ("", "0")
 
 _HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can", "_tj_nest", "_tj_min", "_tj_max",
-            "_tj_slice", "_tj_int")
+            "_tj_slice", "_tj_int", *convert_transform.OPERATORS)
+
+#: Whether tracing converts loops and branches from the source (:mod:`tapejit.frontend.convert`;
+#: ``TAPEJIT_CONVERT=0`` in the environment: off).
+CONVERT = os.environ.get("TAPEJIT_CONVERT", "1") not in ("", "0")
 
 
 
@@ -126,7 +133,7 @@ class _Rewriter(ast.NodeTransformer):
              _tuple(loop.invariants, ast.Load()), _tuple(loop.helpers, ast.Load())],
             [],
         )  # fmt: skip
-        return _capture_or_run(fdef, it, carries, call, original, node.iter, node)
+        return _capture_or_run(fdef, it, carries, call, original, node.iter, node, loop.writes)
 
 
     def _nest(self, original: ast.For, node: ast.For, rewritten: int):
@@ -203,12 +210,15 @@ def _bases(loop: _Loop) -> ast.Lambda:
 
 
 def _capture_or_run(fdef: ast.FunctionDef, it: str, carries: list[str], call: ast.Call,
-                    loop: ast.For, iterable: ast.expr, where: ast.For) -> list[ast.stmt]:
+                    loop: ast.For, iterable: ast.expr, where: ast.For,
+                    writes: list[str] = ()) -> list[ast.stmt]:  # fmt: skip
     """``fdef; it = iterable; if _tj_can(it): carries = call else: loop`` (``loop`` over
     ``it``, as written), every new node at ``where``'s line (errors name the user's lines)."""
     loop.iter = ast.Name(it, ast.Load())
     branch = ast.If(
-        ast.Call(ast.Name("_tj_can", ast.Load()), [ast.Name(it, ast.Load())], []),
+        ast.Call(ast.Name("_tj_can", ast.Load()),
+                 [ast.Name(it, ast.Load()),
+                  ast.Lambda(_no_arguments(), _tuple(list(writes), ast.Load()))], []),
         [ast.Assign([_tuple(carries, ast.Store())], call)],
         [loop],
     )
@@ -275,10 +285,14 @@ def _rewritten_code(code: types.CodeType, source: str, modules: frozenset,
     skips.visit(fn)
     rw = _Rewriter(fn, {m for m in modules if m not in f_locals}, f_locals, pure)
     rw.visit(fn)
-    if not rw.count and not skips.count:
+    converted = convert_transform.convert(fn, f_locals) if CONVERT else 0
+    if not rw.count and not skips.count and not converted:
         return None
     new = source_code.compile_function(fn, code, [*code.co_freevars, *_HELPERS], imported)
     return _renamed_bodies(new, code.co_name, code.co_qualname)
+
+
+_BODY_PREFIXES = ("_tj_body_", "_tj_loop_", "_tj_then_", "_tj_else_")
 
 
 def _renamed_bodies(code: types.CodeType, name: str, qualname: str) -> types.CodeType:
@@ -286,7 +300,7 @@ def _renamed_bodies(code: types.CodeType, name: str, qualname: str) -> types.Cod
     tracebacks inside a body say ``in f()``, the user's function, as the loop did)."""
     consts = tuple(
         _renamed_bodies(c, name, qualname).replace(co_name=name, co_qualname=qualname)
-        if isinstance(c, types.CodeType) and c.co_name.startswith("_tj_body_") else c
+        if isinstance(c, types.CodeType) and c.co_name.startswith(_BODY_PREFIXES) else c
         for c in code.co_consts
     )  # fmt: skip  (a nest's body holds its inner loops' bodies)
     return code.replace(co_consts=consts)
@@ -295,31 +309,117 @@ def _renamed_bodies(code: types.CodeType, name: str, qualname: str) -> types.Cod
 
 
 def rewrite(f: Callable, helpers: dict) -> Callable:
-    """``f`` with its capturable loops handed to ``helpers["_tj_for"]`` (see the module
-    docstring), or ``f`` itself when it has none, its source cannot be read, or capturing is
-    off (:data:`ENABLED`). ``helpers`` maps each name of ``_HELPERS`` to its object."""
+    """``f`` with its capturable loops handed to ``helpers["_tj_for"]`` and its control flow
+    converted (see the module docstring), the user functions it calls by a global or closure
+    name prepared the same way (:func:`_callees`), or ``f`` itself when there is nothing to
+    rewrite, its source cannot be read, or capturing is off (:data:`ENABLED`). ``helpers``
+    maps each name of ``_HELPERS`` to its object; ``functools.partial`` objects are rewritten
+    through their function."""
+    if isinstance(f, functools.partial):
+        inner = rewrite(f.func, helpers)
+        return f if inner is f.func else functools.partial(inner, *f.args, **f.keywords)
     code = getattr(f, "__code__", None)
     if not ENABLED or not isinstance(f, types.FunctionType) or code is None:
         return f
     if code.co_flags & (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR):
         return f
+    if code in _preparing.codes:  # recursion: the function as written
+        return f
+    _preparing.codes.add(code)
+    try:
+        new = _converted(f, code)
+        glob, cells = _callees(f, new or code, helpers)
+    finally:
+        _preparing.codes.discard(code)
+    if new is None and glob is f.__globals__ and not cells:
+        return f
+    cells = {**dict(zip(code.co_freevars, f.__closure__ or ())), **cells}
+    if new is not None:
+        cells.update({k: types.CellType(helpers[k]) for k in _HELPERS})
+    run = new or code
+    g = types.FunctionType(
+        run, glob, f.__name__, f.__defaults__, tuple(cells[n] for n in run.co_freevars)
+    )
+    g.__kwdefaults__ = f.__kwdefaults__
+    g.__wrapped__ = f
+    return g
+
+
+class _Preparing(threading.local):
+    def __init__(self):
+        self.codes: set = set()
+
+
+_preparing = _Preparing()
+
+
+def _converted(f: types.FunctionType, code: types.CodeType) -> types.CodeType | None:
+    """The rewritten code of ``f``, or ``None`` (nothing to rewrite, or no source)."""
     read = source_code.read(f)
     if read is None:
-        return f
+        return None
     source, imported = read
     modules = _fixed_names(f.__globals__)
     pure = _pure_names(f.__globals__, code, _PURE_DEPTH)
     try:
         new = _rewritten_code(code, source, modules, imported, pure)
     except (SyntaxError, StopIteration, ValueError):
-        return f
+        return None
     if new is None or set(new.co_freevars) - set(_HELPERS) != set(code.co_freevars):
-        return f
-    cells = dict(zip(code.co_freevars, f.__closure__ or ()))
-    cells.update({k: types.CellType(helpers[k]) for k in _HELPERS})
-    g = types.FunctionType(
-        new, f.__globals__, f.__name__, f.__defaults__, tuple(cells[n] for n in new.co_freevars)
-    )
-    g.__kwdefaults__ = f.__kwdefaults__
-    g.__wrapped__ = f
-    return g
+        return None
+    return new
+
+
+def _user_function(v) -> bool:
+    """A Python function of the user's code (not of the standard library, an installed
+    package or tapejit): one whose loops and branches are worth converting."""
+    if type(v) is not types.FunctionType:
+        return False
+    path = os.path.realpath(v.__code__.co_filename)
+    return not path.startswith(_LIBRARY_PATHS) and not path.startswith("<")
+
+
+_LIBRARY_PATHS = tuple(
+    os.path.realpath(p) + os.sep
+    for p in {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    | {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}
+)
+
+
+def _callees(f: types.FunctionType, code: types.CodeType, helpers: dict):
+    """``(globals, cells)`` for running ``code`` as ``f`` with the user functions it calls by
+    name rewritten too: a copy of ``f``'s globals with those functions replaced (``f``'s own
+    globals when none is), and new closure cells for those ``f`` reads from its closure. (A
+    snapshot while one call traces: a rewritten function cannot assign globals.)"""
+    names = _loaded_names(code)
+    g = f.__globals__
+    over = {}
+    for n in names:
+        v = g.get(n)
+        if _user_function(v):
+            w = rewrite(v, helpers)
+            if w is not v:
+                over[n] = w
+    cells = {}
+    for n, cell in zip(f.__code__.co_freevars, f.__closure__ or ()):
+        try:
+            v = cell.cell_contents
+        except ValueError:
+            continue
+        if _user_function(v):
+            w = rewrite(v, helpers)
+            if w is not v:
+                cells[n] = types.CellType(w)
+    if not over:
+        return g, cells
+    glob = dict(g)
+    glob.update(over)
+    return glob, cells
+
+
+def _loaded_names(code: types.CodeType) -> set[str]:
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out |= _loaded_names(c)
+    return out

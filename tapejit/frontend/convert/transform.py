@@ -1,0 +1,432 @@
+"""The source rewrite: ``for`` loops and ``if`` statements into calls of the conversion
+operators (:mod:`tapejit.frontend.convert.runtime`), in AutoGraph's functional form (Moldovan et
+al., *AutoGraph: Imperative-style Coding with Graph-based Performance*, SysML 2019).
+
+A loop ::
+
+    for i, (a, b) in enumerate(conn):        # line 12
+        <body>
+
+whose body assigns ``e`` and ``F`` (the names it assigns that are read before being assigned in
+an iteration, or after the loop: :mod:`~tapejit.frontend.convert.liveness`) becomes ::
+
+    def _tj_loop_0(_tj_item, e, F):
+        i, (a, b) = _tj_item
+        <body, converted>
+        return (e, F)
+    (e, F) = _tj_for_stmt(_tj_enumerate(conn), _tj_loop_0, _tj_args(lambda: e, lambda: F), 12)
+
+and a branch whose bodies only assign (names, or elements ``y[i] = v``) ::
+
+    if r2 < rc2:                             # line 20
+        e = e + 4 * (s12 - s6)
+    def _tj_then_1(e, s12, s6): e = e + 4 * (s12 - s6); return (e,)
+    def _tj_else_1(e, s12, s6): return (e,)
+    (e,) = _tj_if_stmt(r2 < rc2, _tj_then_1, _tj_else_1,
+                       _tj_args(lambda: e, lambda: s12, lambda: s6), 20)
+
+(the branch functions take every local name they read, so that the operator can hand them
+values whose cotangent is masked by the condition). Element reads ``t[k]`` become
+``_tj_getitem(t, k)`` (a numpy table read at a traced position is a gather), and conditions
+``a and b``, ``not a``, ``a < b < c`` become ``_tj_and``/``_tj_or``/``_tj_not`` calls that keep
+Python's short-circuit on plain values. ``continue`` at the end of a branch becomes an
+``else`` around the rest of the body first. What is not convertible — a branch that returns,
+raises or calls a method that mutates, a loop with ``break``, ``return``, ``try``, attribute
+stores or a target read after it — stays as written.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+from .liveness import Liveness, modified, reads, target_names
+
+#: Names of the operators the rewritten code calls (cells of the rewritten function).
+OPERATORS = ("_tj_for_stmt", "_tj_if_stmt", "_tj_ifexp", "_tj_args", "_tj_and", "_tj_or",
+             "_tj_not", "_tj_getitem", "_tj_range", "_tj_enumerate", "_tj_zip", "_tj_mkslice",
+             "_tj_to_int", "_tj_aug")  # fmt: skip
+
+#: Method names that change their object: a body calling one on a name is not converted
+#: (the call would run once while tracing instead of once per iteration).
+MUTATORS = frozenset({
+    "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "add",
+    "discard", "sort", "reverse", "fill", "put", "itemset", "resize", "popitem", "appendleft",
+    "extendleft", "popleft", "setflags", "partition", "__setitem__", "__delitem__",
+})  # fmt: skip
+
+_NOT_IN_BODY = (ast.Return, ast.Yield, ast.YieldFrom, ast.Await, ast.Global, ast.Nonlocal,
+                ast.Try, ast.With, ast.AsyncWith, ast.AsyncFor, ast.Delete, ast.Import,
+                ast.ImportFrom, ast.ClassDef, ast.AsyncFunctionDef, ast.Break, ast.NamedExpr)  # fmt: skip
+
+
+def _name(n: str) -> ast.Name:
+    return ast.Name(n, ast.Load())
+
+
+def _call(fn: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(_name(fn), list(args), [])
+
+
+def _noargs() -> ast.arguments:
+    return ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[])  # fmt: skip
+
+
+def _args(names: list[str]) -> ast.arguments:
+    a = _noargs()
+    a.args = [ast.arg(n) for n in names]
+    return a
+
+
+def _thunk(e: ast.expr) -> ast.Lambda:
+    return ast.Lambda(_noargs(), e)
+
+
+def _getters(names: list[str]) -> ast.Call:
+    """``_tj_args(lambda: a, lambda: b)``: the values of names that may be unbound."""
+    return _call("_tj_args", *(_thunk(_name(n)) for n in names))
+
+
+def _tuple(names: list[str], ctx) -> ast.Tuple:
+    return ast.Tuple([ast.Name(n, ctx()) for n in names], ctx())
+
+
+def _ends_with_continue(block: list[ast.stmt]) -> bool:
+    return bool(block) and isinstance(block[-1], ast.Continue)
+
+
+def _has_continue(stmts: list[ast.stmt]) -> bool:
+    """Whether a ``continue`` of the enclosing loop occurs in ``stmts`` (not in inner loops)."""
+    todo = list(stmts)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Continue):
+            return True
+        if isinstance(n, (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef, ast.Lambda,
+                          ast.AsyncFunctionDef, ast.ClassDef)):  # fmt: skip
+            todo.extend(n.orelse if isinstance(n, (ast.For, ast.While, ast.AsyncFor)) else [])
+            continue
+        todo.extend(ast.iter_child_nodes(n))
+    return False
+
+
+def without_continue(block: list[ast.stmt]) -> list[ast.stmt]:
+    """``block`` (a loop body) with each ``if c: A; continue`` + rest turned into ``if c: A
+    else: rest`` (and the mirror for ``else: ...; continue``); a trailing ``continue`` dropped.
+    Continues elsewhere are left (the loop is then not converted)."""
+    out: list[ast.stmt] = []
+    for k, st in enumerate(block):
+        if isinstance(st, ast.Continue) and k == len(block) - 1:
+            return out
+        if isinstance(st, ast.If):
+            rest = block[k + 1 :]
+            if _ends_with_continue(st.body) and not _has_continue(st.body[:-1] + st.orelse):
+                new = ast.If(st.test, st.body[:-1] or [ast.Pass()],
+                             without_continue(st.orelse + rest) or [ast.Pass()])  # fmt: skip
+                out.append(ast.copy_location(new, st))
+                return out
+            if _ends_with_continue(st.orelse) and not _has_continue(st.body + st.orelse[:-1]):
+                new = ast.If(st.test, without_continue(st.body + rest) or [ast.Pass()],
+                             st.orelse[:-1])  # fmt: skip
+                out.append(ast.copy_location(new, st))
+                return out
+        out.append(st)
+    return out
+
+
+class _Continues(ast.NodeTransformer):
+    """Applies :func:`without_continue` to the body of every loop of a function."""
+
+    def visit_For(self, node):
+        self.generic_visit(node)
+        node.body = without_continue(node.body) or [ast.Pass()]
+        return node
+
+    visit_While = visit_For
+
+    def visit_FunctionDef(self, node):
+        return node  # nested functions stay as they are
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+
+def _mutating_call(n: ast.AST) -> bool:
+    return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in MUTATORS)  # fmt: skip
+
+
+def _simple_store(t: ast.AST) -> bool:
+    """A store target the conversion handles: names, tuples of them, ``y[k]`` of a name."""
+    if isinstance(t, ast.Name):
+        return True
+    if isinstance(t, (ast.Tuple, ast.List)):
+        return all(_simple_store(e) for e in t.elts)
+    if isinstance(t, ast.Starred):
+        return isinstance(t.value, ast.Name)
+    return isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+
+
+def _nested_scopes(node: ast.AST) -> bool:
+    return any(isinstance(n, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                              ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp))
+               for n in ast.walk(node))  # fmt: skip
+
+
+class Converter(ast.NodeTransformer):
+    """Rewrites the convertible loops and branches of one function (see the module docstring).
+    ``locals_``: the function's local names (arguments and every name it assigns)."""
+
+    def __init__(self, fn: ast.FunctionDef, locals_: set[str]):
+        self.fn = fn
+        _Continues().visit(fn)
+        self.live = Liveness(fn)
+        self.locals = set(locals_) | modified(fn.body)
+        for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
+            self.locals.add(a.arg)
+        for a in (fn.args.vararg, fn.args.kwarg):
+            if a is not None:
+                self.locals.add(a.arg)
+        self.count = 0
+        self.loops = 0
+        self.branches = 0
+        self.scope = 0  # > 0 inside a comprehension or lambda: expressions stay as they are
+
+    # -- scopes left alone ------------------------------------------------------------------
+    def visit_FunctionDef(self, node):
+        if node is self.fn:
+            node.body = self._stmts(node.body)
+            return node
+        return node  # nested functions (and the capture's bodies) are traced as they are
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def _inner_scope(self, node):
+        self.scope += 1
+        try:
+            return self.generic_visit(node)
+        finally:
+            self.scope -= 1
+
+    visit_Lambda = visit_ListComp = visit_SetComp = visit_DictComp = _inner_scope
+    visit_GeneratorExp = _inner_scope
+
+    def _stmts(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for st in stmts:
+            new = self.visit(st)
+            if new is None:
+                continue
+            out.extend(new if isinstance(new, list) else [new])
+        return out
+
+    # -- expressions --------------------------------------------------------------------------
+    def visit_Subscript(self, node: ast.Subscript):
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load) or self.scope:
+            return node
+        key = node.slice
+        if isinstance(key, ast.Tuple):
+            key = ast.Tuple([self._slice_value(e) for e in key.elts], ast.Load())
+        else:
+            key = self._slice_value(key)
+        return ast.copy_location(_call("_tj_getitem", node.value, key), node)
+
+    @staticmethod
+    def _slice_value(e: ast.expr) -> ast.expr:
+        if not isinstance(e, ast.Slice):
+            return e
+        parts = [p if p is not None else ast.Constant(None) for p in (e.lower, e.upper, e.step)]
+        return ast.copy_location(_call("_tj_mkslice", *parts), e)
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        """``y[k] += v`` (``y`` a name) as ``_tj_aug(y, k, "+=", v)``: the same reads and
+        write, in place, with the element read going through ``_tj_getitem``."""
+        self.generic_visit(node)
+        t = node.target
+        if self.scope or not (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)):
+            return node
+        op = _AUG.get(type(node.op))
+        if op is None:
+            return node
+        key = t.slice
+        key = (ast.Tuple([self._slice_value(e) for e in key.elts], ast.Load())
+               if isinstance(key, ast.Tuple) else self._slice_value(key))  # fmt: skip
+        call = _call("_tj_aug", ast.Name(t.value.id, ast.Load()), key, ast.Constant(op), node.value)
+        return ast.copy_location(ast.Expr(call), node)
+
+    def visit_Call(self, node: ast.Call):
+        self.generic_visit(node)
+        if (isinstance(node.func, ast.Name) and node.func.id == "int" and len(node.args) == 1
+                and not node.keywords and not self.scope and "int" not in self.locals):  # fmt: skip
+            return ast.copy_location(_call("_tj_to_int", node.args[0]), node)
+        return node
+
+    def _test(self, e: ast.expr) -> ast.expr:
+        """A condition with ``and``/``or``/``not``/chained comparisons as operator calls."""
+        if isinstance(e, ast.BoolOp):
+            fn = "_tj_and" if isinstance(e.op, ast.And) else "_tj_or"
+            return ast.copy_location(_call(fn, *(_thunk(self._test(v)) for v in e.values)), e)
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Not):
+            return ast.copy_location(_call("_tj_not", self._test(e.operand)), e)
+        if isinstance(e, ast.Compare) and len(e.ops) > 1:
+            parts, left = [], e.left
+            for op, right in zip(e.ops, e.comparators):
+                parts.append(ast.Compare(copy.deepcopy(left), [op], [right]))
+                left = right
+            return ast.copy_location(_call("_tj_and", *(_thunk(p) for p in parts)), e)
+        return e
+
+    def visit_IfExp(self, node: ast.IfExp):
+        self.generic_visit(node)
+        if self.scope or _nested_scopes(node.body) or _nested_scopes(node.orelse):
+            return node
+        names = sorted((reads(node.body) | reads(node.orelse)) & self.locals)
+        fn = lambda e: ast.Lambda(_args(names), e)  # noqa: E731
+        call = _call("_tj_ifexp", self._test(node.test), fn(node.body), fn(node.orelse),
+                     _getters(names))  # fmt: skip
+        return ast.copy_location(call, node)
+
+    # -- branches ---------------------------------------------------------------------------
+    def _branch_ok(self, stmts: list[ast.stmt]) -> bool:
+        for st in stmts:
+            if isinstance(st, ast.Pass):
+                continue
+            if isinstance(st, ast.If):
+                if not (self._branch_ok(st.body) and self._branch_ok(st.orelse)):
+                    return False
+                continue
+            if isinstance(st, ast.Assign):
+                if not all(_simple_store(t) for t in st.targets):
+                    return False
+            elif isinstance(st, (ast.AugAssign, ast.AnnAssign)):
+                if not _simple_store(st.target) or getattr(st, "value", 1) is None:
+                    return False
+            else:
+                return False
+            if any(_mutating_call(n) or isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom,
+                                                       ast.Await))
+                   for n in ast.walk(st)):  # fmt: skip
+                return False
+        return True
+
+    def visit_If(self, node: ast.If):
+        ok = self._branch_ok(node.body) and self._branch_ok(node.orelse)
+        after = self.live.live_after(node)
+        assigned = modified(node.body) | modified(node.orelse)
+        read = set().union(*(reads(s) for s in node.body + node.orelse)) if ok else set()
+        node.body = self._stmts(node.body) or [ast.Pass()]
+        node.orelse = self._stmts(node.orelse)
+        test = self.visit(node.test)
+        if not ok:
+            node.test = self._test(test)
+            return node
+        k = self.count
+        self.count += 1
+        self.branches += 1
+        outs = sorted(assigned & after)
+        params = sorted((read | set(outs)) & self.locals)
+        ret = ast.Return(_tuple(outs, ast.Load))
+        then = ast.FunctionDef(f"_tj_then_{k}", _args(params), [*node.body, ret], [], None, None)
+        other = ast.FunctionDef(f"_tj_else_{k}", _args(params),
+                                [*node.orelse, copy.deepcopy(ret)], [], None, None)  # fmt: skip
+        call = _call("_tj_if_stmt", self._test(test), _name(then.name), _name(other.name),
+                     _getters(params), ast.Constant(node.lineno))  # fmt: skip
+        use = ast.Assign([_tuple(outs, ast.Store)], call) if outs else ast.Expr(call)
+        return _located([then, other, use], node)
+
+    # -- loops ------------------------------------------------------------------------------
+    def _loop_ok(self, node: ast.For) -> bool:
+        if node.orelse or not _simple_store(node.target):
+            return False
+        if any(isinstance(t, ast.Subscript) for t in ast.walk(node.target)):
+            return False
+        for st in node.body:
+            for n in _walk_own(st):
+                if isinstance(n, ast.FunctionDef) and not n.name.startswith("_tj_"):
+                    return False
+                if isinstance(n, _NOT_IN_BODY):
+                    return False
+                if isinstance(n, ast.Continue) or _mutating_call(n):
+                    return False
+                if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, ast.Store):
+                    if not (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)):
+                        return False
+                if isinstance(n, ast.While):
+                    return False
+        # the loop's target is the body's own: not read after the loop
+        return not (target_names(node.target) & self.live.live_after(node))
+
+    def visit_For(self, node: ast.For):
+        ok = self._loop_ok(node)
+        if ok:
+            assigned = modified(node.body)
+            carried = assigned & (self.live.exposed(node.body) | self.live.live_after(node))
+            carried -= target_names(node.target)
+        node.body = self._stmts(node.body) or [ast.Pass()]
+        node.iter = self.visit(node.iter)
+        node.orelse = self._stmts(node.orelse)
+        if not ok:
+            return node
+        k = self.count
+        self.count += 1
+        self.loops += 1
+        names = sorted(carried)
+        bind = ast.Assign([node.target], _name("_tj_item"))
+        body = ast.FunctionDef(f"_tj_loop_{k}", _args(["_tj_item", *names]),
+                               [bind, *node.body, ast.Return(_tuple(names, ast.Load))],
+                               [], None, None)  # fmt: skip
+        call = _call("_tj_for_stmt", self._iterable(node.iter), _name(body.name),
+                     _getters(names), ast.Constant(node.lineno))  # fmt: skip
+        use = ast.Assign([_tuple(names, ast.Store)], call) if names else ast.Expr(call)
+        return _located([body, use], node)
+
+    @staticmethod
+    def _iterable(it: ast.expr) -> ast.expr:
+        """``range``/``enumerate``/``zip`` calls as the operators that keep their operands."""
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and not it.keywords:
+            table = {"range": "_tj_range", "enumerate": "_tj_enumerate", "zip": "_tj_zip"}
+            if it.func.id in table and not any(isinstance(a, ast.Starred) for a in it.args):
+                return ast.copy_location(ast.Call(_name(table[it.func.id]), it.args, []), it)
+        return it
+
+
+def _walk_own(node: ast.AST):
+    """``ast.walk`` that does not enter lambdas or the functions an earlier rewrite made
+    (``_tj_...``: the capture's loop bodies, whose ``return`` is their own)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        if isinstance(n, ast.Lambda) or (isinstance(n, ast.FunctionDef)
+                                         and n.name.startswith("_tj_")):  # fmt: skip
+            continue
+        todo.extend(ast.iter_child_nodes(n))
+
+
+_AUG = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**",
+        ast.FloorDiv: "//", ast.Mod: "%"}  # fmt: skip
+
+
+def _located(stmts: list[ast.stmt], where: ast.stmt) -> list[ast.stmt]:
+    """``stmts`` with every new node at ``where``'s line (errors name the user's line)."""
+    for st in stmts:
+        ast.copy_location(st, where)
+        for n in ast.walk(st):
+            if getattr(n, "lineno", None) is None:
+                ast.copy_location(n, where)
+        ast.fix_missing_locations(st)
+    return stmts
+
+
+def convert(fn: ast.FunctionDef, locals_: set[str]) -> int:
+    """Rewrite ``fn`` in place; returns how many loops and branches were converted. Builtins
+    shadowed by the function's own names (``range = ...``) keep the statement as written."""
+    if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
+        return 0
+    cv = Converter(fn, locals_)
+    shadowed = cv.locals & {"range", "enumerate", "zip", "slice"}
+    if shadowed:
+        return 0
+    cv.visit(fn)
+    return cv.count
