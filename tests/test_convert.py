@@ -426,3 +426,25 @@ def test_a_body_with_side_effects_runs_as_written():
     assert len(log) == 10
     np.testing.assert_allclose(g(x), 2 * x, rtol=1e-14)
     assert any("append" in why for _, why in cv.fallbacks())
+
+
+def test_masked_batching_of_a_triangular_inner_loop(monkeypatch):
+    """An inner loop over ``range(i + 1, n)`` batched over its longest trip (``DYNAMIC``):
+    the rows past the count read clamped positions where the pair term is inf (r2 = 0), and
+    contribute exactly nothing, to the value or to the gradient."""
+    from tapejit.passes import vectorise
+
+    monkeypatch.setattr(vectorise, "DYNAMIC", True)
+
+    def f(x):
+        e = 0.0
+        for i in range(x.size):
+            for j in range(i + 1, x.size):
+                r2 = (x[j] - x[i]) ** 2
+                e += 1.0 / (r2 * r2 * r2) - 1.0 / r2
+        return e
+
+    x = np.arange(12.0) * 1.1 + RNG.normal(scale=0.05, size=12)
+    gs = _graphs(f, x, monkeypatch=monkeypatch)
+    assert Op.LOOP not in _ops(gs["vector"])  # both loops batched (rows of 11 at most)
+    _agree(gs, [x], rtol=1e-10)

@@ -371,7 +371,7 @@ def _loop(
     steps: Tracer | None = None,
     info: dict | None = None,
     counting: bool = False,
-    vectorise: bool = False,
+    vectorise: bool | dict = False,
 ) -> tuple[Any, Any]:
     """Trace ``step(i, carry, [x_t...]) -> (carry, y)`` into a loop node of ``n`` iterations
     (the bound when ``cond`` is given) and return the traced ``(carry, ys)``.
@@ -470,6 +470,25 @@ def _loop(
         cgraph = ops.extend_inputs(
             cgraph, [p.node.type for p in params[len(cgraph.inputs) - n_carry :]], f"h{depth}"
         )
+    lead = [steps] if steps is not None else []
+    args = lead + carries + x_ts + params
+    for t in args:
+        _values.setdefault(id(t.node), (t.node, t.value))
+    if vectorise is not False and not ys and info is None and cgraph is None:
+        # independent iterations (sums and scatter-adds of terms of the counter): array code
+        plain = ops.LoopSpec(body, n_carry, n_xs, n, start=start, dynamic=steps is not None)
+        node = ops.make(Op.LOOP, *(t.node for t in args), attrs=(plain,))
+        counter = lift(np.arange(start, start + n, dtype=np.float64))
+        _values.setdefault(id(counter.node), (counter.node, counter.value))
+        vec = loop_vectorise.vectorise(node, counter.node)
+        if vec is not None:
+            if isinstance(vectorise, dict):  # the caller asked to be told
+                vectorise["vectorised"] = True
+            return _unflatten(c_struct, [_wrap(v) for v in vec]), None
+        # a loop of independent iterations kept (its rows are too large to batch, or an op
+        # has no batching rule): its reverse sweep recomputes each iteration from the
+        # carries instead of storing everything the body's VJP reads
+        checkpointed = checkpointed or loop_vectorise.parallel(plain)
     vjp = None
     if any(outer.differentiable(t.node) for t in carries + x_ts + params):
         wrt_xs = tuple(outer.differentiable(x.node) for x in x_ts)
@@ -480,20 +499,9 @@ def _loop(
     spec = ops.LoopSpec(
         body, n_carry, n_xs, n, cond=cgraph, start=start, vjp=vjp, dynamic=steps is not None
     )
-    lead = [steps] if steps is not None else []
     make = lambda *ns: ops.make(Op.LOOP, *ns, attrs=(spec,))  # noqa: E731
-    args = lead + carries + x_ts + params
-    for t in args:
-        _values.setdefault(id(t.node), (t.node, t.value))
     loop = _wrap(make(*(t.node for t in args)))
     lay = ops.loop_layout(spec)
-    if vectorise and not ys and info is None:
-        # independent iterations (sums and scatter-adds of terms of the counter): array code
-        counter = lift(np.arange(start, start + n, dtype=np.float64))
-        _values.setdefault(id(counter.node), (counter.node, counter.value))
-        vec = loop_vectorise.vectorise(loop.node, counter.node)
-        if vec is not None:
-            return _unflatten(c_struct, [_wrap(v) for v in vec]), None
     final = [_build(lambda m, s=s: ops.segment(m, s), loop) for s in lay.carries]
     if info is not None:  # the number of iterations run
         info["steps_run"] = _build(lambda m: ops.index(m, (lay.steps,)), loop)

@@ -44,6 +44,7 @@ from ..core import ir, ops
 from ..core.ir import Graph, Type
 from . import views
 from .errors import TracingError, _fail, _site_of, _user_site, masked_array_error
+from .convert import runtime as convert_runtime
 from .loops import loop_capture
 from .registry import HOOKS
 from .trace_state import (
@@ -163,6 +164,8 @@ def trace(
         node = st.add_input(Type(()), "inactive", f"len{i}")
         length = Tracer(node, np.float64(np.shape(args[i])[0]), st.level)
         st.dynamic[id(tracers[i].node)] = (tracers[i].node, length)
+    if not _current.items:
+        convert_runtime.start()
     _current.append(st)
     saved = dict(_values)
     _values.clear()

@@ -34,6 +34,15 @@ class _NoRule(Exception):
     pass
 
 
+#: The largest value (elements) an iteration may compute and still be batched: a body's small
+#: vectors and matrices are; a body that is itself a loop over rows (values of a row's length)
+#: stays a loop, whose reverse sweep recomputes it (the batched values would be n x row).
+MAX_ROW = 64
+
+#: Whether loops with a traced trip count are batched (masked past the count).
+DYNAMIC = False
+
+
 def _strip(n: Node) -> Node:
     while n.op in (Op.RESHAPE, Op.BROADCAST_TO):
         n = n.args[0]
@@ -168,9 +177,11 @@ class _Batcher:
     """Values of the body with a leading axis of ``n`` iterations (``None`` when a value does
     not vary with the iteration); builds outer-trace nodes."""
 
-    def __init__(self, body: _Body, n: int, counter: Node, params: list[Node]):
+    def __init__(self, body: _Body, n: int, counter: Node, params: list[Node],
+                 mask: Node | None = None):  # fmt: skip
         g, spec = body.g, body.spec
         self.n = n
+        self.mask = mask
         self.memo: dict[int, tuple[Node, bool]] = {id(g.inputs[0]): (counter, True)}
         first = 1 + spec.n_carry + spec.n_xs
         for inp, outer in zip(g.inputs[first:], params):
@@ -192,6 +203,18 @@ class _Batcher:
                 self.memo[id(top)] = self._one(top)
         return self.memo[id(n)]
 
+    def masked_rows(self, v: Node, batched: bool, shape: tuple, zero: bool = False) -> Node:
+        """``v`` (batched: ``(n, *shape)``; else ``shape``, broadcast) with the iterations past
+        a dynamic loop's count masked: zero (``zero``), or the value with a zero cotangent
+        there — so a row that is never run contributes nothing, even where it is inf/NaN."""
+        N = self.n
+        if not batched:
+            v = ops.broadcast_to(ops.reshape(v, (1, *shape)), (N, *shape))
+        m = ops.reshape(self.mask, (N, *([1] * len(shape))))
+        if zero:
+            return ops.where(m, v, ops.const(0.0, v.shape))
+        return ops.where(m, v, ops.make(Op.STOP_GRADIENT, v))
+
     def _one(self, n: Node) -> tuple[Node, bool]:
         if n.op == Op.INPUT:
             raise _NoRule("a carry read by a term")
@@ -200,6 +223,19 @@ class _Batcher:
         args = [self.memo[id(a)] for a in n.args]
         if not any(b for _, b in args):
             return ops.make(n.op, *(a for a, _ in args), attrs=n.attrs), False
+        N = self.n
+        if n.type.size > MAX_ROW:
+            raise _NoRule("iterations whose values are large arrays (a loop of rows)")
+        if self.mask is not None and n.op != Op.TAKE:  # an invariant float joining the rows
+            args = [(self.masked_rows(a, False, a.shape), True)
+                    if not b and a.dtype == "f64" and a.op != Op.CONST else (a, b)
+                    for a, b in args]  # fmt: skip
+        out = self._rule(n, args)
+        if self.mask is not None and n.op == Op.TAKE:
+            return self.masked_rows(out[0], True, n.shape), True
+        return out
+
+    def _rule(self, n: Node, args) -> tuple[Node, bool]:
         N = self.n
         if n.op in _ELEMENTWISE:
             out = (N, *n.shape)
@@ -273,7 +309,7 @@ def vectorise(loop: Node, counter: Node) -> list[Node] | None:
     iterations (see the module docstring). The nodes are built on ``loop``'s operands;
     ``counter`` holds the counter's values, ``start, start + 1, ...`` (shape ``(n,)``)."""
     spec = loop.attrs[0]
-    if spec.dynamic or spec.cond is not None or spec.n_xs or spec.history or spec.accumulate:
+    if spec.cond is not None or spec.n_xs or spec.history or spec.accumulate:
         return None
     if spec.reverse or spec.max_steps < 1:
         return None
@@ -281,13 +317,18 @@ def vectorise(loop: Node, counter: Node) -> list[Node] | None:
     plans = []
     for k in range(spec.n_carry):
         p = _accumulation(body, k)
-        if p is None:
+        if p is None or (spec.dynamic and (p[0] == "put" or not DYNAMIC)):
             return None
         plans.append(p)
     N = spec.max_steps
-    carries = loop.args[: spec.n_carry]
-    params = list(loop.args[spec.n_carry :])
-    b = _Batcher(body, N, counter, params)
+    lead = 1 if spec.dynamic else 0
+    carries = loop.args[lead : lead + spec.n_carry]
+    params = list(loop.args[lead + spec.n_carry :])
+    mask = None
+    if spec.dynamic:  # iterations past the traced count: computed, then masked out
+        t = ops.sub(counter, ops.const(float(spec.start)))
+        mask = ops.make(Op.LT, t, loop.args[0])
+    b = _Batcher(body, N, counter, params, mask)
     out = []
     try:
         for c0, plan in zip(carries, plans):
@@ -304,6 +345,8 @@ def vectorise(loop: Node, counter: Node) -> list[Node] | None:
                 total = c0
                 for sign, term in plan[1]:
                     v, vb = b.value(term)
+                    if mask is not None:
+                        v, vb = b.masked_rows(v, vb, term.shape, zero=True), True
                     s = ops.reduce(Op.REDUCE_SUM, v, (0,)) if vb else ops.mul(v, ops.const(float(N)))
                     total = ops.add(total, s) if sign > 0 else ops.sub(total, s)
                 out.append(total)
@@ -315,6 +358,8 @@ def vectorise(loop: Node, counter: Node) -> list[Node] | None:
                     T = table.shape[0]
                     t = ops.reshape(t if tb else ops.broadcast_to(t, (N, T)), (N * T,))
                     r = r if rb else ops.broadcast_to(r, (N, *rows.shape))
+                    if mask is not None:
+                        r = b.masked_rows(r, True, rows.shape, zero=True)
                     r = ops.reshape(r, (N * T, *rows.shape[1:]))
                     if sign < 0:
                         r = ops.neg(r)
@@ -325,4 +370,13 @@ def vectorise(loop: Node, counter: Node) -> list[Node] | None:
     return out
 
 
-__all__ = ["vectorise"]
+__all__ = ["parallel", "vectorise"]
+
+
+def parallel(spec) -> bool:
+    """Whether every carry of loop ``spec`` is only accumulated (sums, scatter-adds, rows of
+    its own), so that its iterations are independent."""
+    if spec.cond is not None or spec.n_xs or spec.history or spec.accumulate:
+        return False
+    body = _Body(spec)
+    return all(_accumulation(body, k) is not None for k in range(spec.n_carry))

@@ -227,10 +227,13 @@ class Dispatcher:
         self._keep(v)
         if self.compiles > self.options.max_specialisations and not self._warned:
             self._warned = True
+            kept = [f"line {line}: {why}" for line, why in v.stats.get("convert", {}).get(
+                "kept", [])][:3]  # fmt: skip
+            why = f"; statements not converted: {'; '.join(kept)}" if kept else ""
             warnings.warn(
                 f"{self.name} has been compiled {self.compiles} times because guards failed "
                 f"(Python control flow on traced values, e.g. at {where}); consider "
-                "tapejit.where(cond, a, b), which has no guard",
+                f"tapejit.where(cond, a, b), which has no guard{why}",
                 GuardWarning,
                 stacklevel=_user_level(),
             )

@@ -31,6 +31,7 @@ import numpy as np
 
 from .. import pipeline, transforms
 from ..frontend import tracing
+from ..frontend.convert import runtime as convert_runtime
 from ..codegen import blas as _blas
 from ..codegen import entry as _entry
 from ..codegen import fastcall as _fastcall
@@ -440,6 +441,7 @@ def compile_variant(
             "captured": {"iterations": iterations, "loops": loops},
         }
         v.stats["columns"] = {"reductions": trace_stats["columns"]["reductions"]}
+        v.stats["convert"] = convert_runtime.report()
     log.info(
         "compiled %s in %.3f s (%d trace nodes, on-disk cache %s)",
         trace.name, time.perf_counter() - t0, len(trace.nodes), v.stats["cache"],

@@ -71,6 +71,7 @@ def format_stats(stats: dict, title: str = "") -> str:
         ("buffers", "buffers", "arrays in the workspace"),
         ("recomputed", "recomputed", "values recomputed rather than stored"),
         ("work", "work", "operations per call"),
+        ("convert", "converted", "loops and branches converted from the source; kept as written"),
         ("reroll", "re-rolled", "Python loop iterations -> loop nodes"),
         ("columns", "columns", "sums over 3-vectors split into columns"),
         (None, "memory", ""),

@@ -73,12 +73,15 @@ class _Undefined:
 
 
 UNDEFINED = _Undefined()
+_UNSET_TEST = object()
 
 
 class _Log(threading.local):
     def __init__(self):
         self.fallbacks: list[tuple[int, str]] = []
-        self.converted = {"loops": 0, "branches": 0}
+        self.converted = {"loops": 0, "vectorised": 0, "branches": 0}
+        self.events: list[tuple[str, int]] = []  # (kind, line) of each conversion
+        self.mark = (0, 0)
 
 
 _log = _Log()
@@ -89,14 +92,56 @@ def fallbacks() -> list[tuple[int, str]]:
     return list(_log.fallbacks)
 
 
+def start() -> None:
+    """Begin counting for one compile (a top-level trace): :func:`report` says what it did."""
+    if len(_log.events) > 4096:
+        del _log.events[:2048]
+    _log.mark = (len(_log.fallbacks), len(_log.events))
+
+
+def _event(kind: str, line: int) -> None:
+    _log.converted[kind] += 1
+    _log.events.append((kind, line))
+
+
+def report() -> dict:
+    """What conversion did since :func:`start`, by source line (a body traced twice counts
+    once): loops converted (``loops``; ``vectorised`` of them became array code),
+    ``branches`` converted to selects, and ``kept``: ``(line, reason)`` of each loop or
+    branch that ran as written."""
+    first, ev = _log.mark
+    out = {k: len({line for kind, line in _log.events[ev:] if kind == k})
+           for k in ("loops", "vectorised", "branches")}  # fmt: skip
+    seen, kept = set(), []
+    for line, why in _log.fallbacks[first:]:
+        if line not in seen and not why.startswith("fewer than"):
+            seen.add(line)
+            kept.append((line, why))
+    out["kept"] = kept
+    return out
+
+
 def _note(line: int, reason: str) -> None:
-    if len(_log.fallbacks) > 256:
-        del _log.fallbacks[:128]
+    if len(_log.fallbacks) > 4096:
+        del _log.fallbacks[:2048]
+        _log.mark = (max(0, _log.mark[0] - 2048), _log.mark[1])
     _log.fallbacks.append((line, reason))
 
 
 def _tracing() -> bool:
     return bool(_current.items)
+
+
+def kept(line: int, reason: str, test: Any = _UNSET_TEST) -> Any:
+    """A statement left as written, and why (recorded while tracing); for an ``if``, its
+    test, returned as it is (recorded only when it is traced: a guard)."""
+    if test is _UNSET_TEST:
+        if _tracing():
+            _note(line, reason)
+        return None
+    if test.__class__ is Tracer:
+        _note(line, reason)
+    return test
 
 
 def args(*getters: Callable[[], Any]) -> tuple:
@@ -321,7 +366,7 @@ def if_stmt(test: Any, then: Callable, other: Callable, values: tuple, line: int
             if r is _NO:
                 raise _Unselectable
             result.append(r)
-        _log.converted["branches"] += 1
+        _event("branches", line)
         return tuple(result)
     except _Unselectable:
         _note(line, "the branches' values cannot be selected elementwise (a name assigned on "
@@ -579,16 +624,19 @@ def for_stmt(it: Any, body: Callable, values: tuple, line: int) -> tuple:
     n, start, item, steps = plan
     if n == 0:
         return values
+    done: dict = {}
     try:
         carry, _ = _loop(
             lambda k, c, xs: (tuple(body(item(k), *c)), None),
             tuple(values), [], n, start=start, name=f"the loop at line {line}", steps=steps,
-            vectorise=VECTORISE,
+            vectorise=done if VECTORISE else False,
         )  # fmt: skip
     except (TracingError, TypeError, ValueError, IndexError, NotImplementedError) as e:
         _note(line, f"its body cannot be traced once for every iteration: {e}")
         return _python(it, body, values)
-    _log.converted["loops"] += 1
+    _event("loops", line)
+    if done.get("vectorised"):
+        _event("vectorised", line)
     return tuple(carry)
 
 
@@ -597,5 +645,5 @@ OPERATORS = {
     "_tj_for_stmt": for_stmt, "_tj_if_stmt": if_stmt, "_tj_ifexp": ifexp, "_tj_args": args,
     "_tj_and": and_, "_tj_or": or_, "_tj_not": not_, "_tj_getitem": getitem,
     "_tj_range": range_, "_tj_enumerate": enumerate_, "_tj_zip": zip_, "_tj_mkslice": slice,
-    "_tj_to_int": to_int, "_tj_aug": aug,
+    "_tj_to_int": to_int, "_tj_aug": aug, "_tj_kept": kept,
 }

@@ -45,7 +45,7 @@ from .liveness import Liveness, modified, reads, target_names
 #: Names of the operators the rewritten code calls (cells of the rewritten function).
 OPERATORS = ("_tj_for_stmt", "_tj_if_stmt", "_tj_ifexp", "_tj_args", "_tj_and", "_tj_or",
              "_tj_not", "_tj_getitem", "_tj_range", "_tj_enumerate", "_tj_zip", "_tj_mkslice",
-             "_tj_to_int", "_tj_aug")  # fmt: skip
+             "_tj_to_int", "_tj_aug", "_tj_kept")  # fmt: skip
 
 #: Method names that change their object: a body calling one on a name is not converted
 #: (the call would run once while tracing instead of once per iteration).
@@ -288,39 +288,45 @@ class Converter(ast.NodeTransformer):
         return ast.copy_location(call, node)
 
     # -- branches ---------------------------------------------------------------------------
-    def _branch_ok(self, stmts: list[ast.stmt]) -> bool:
+    def _branch_ok(self, stmts: list[ast.stmt]) -> str | None:
+        """Why a branch ``stmts`` cannot be converted to a select, or ``None``."""
         for st in stmts:
             if isinstance(st, ast.Pass):
                 continue
             if isinstance(st, ast.If):
-                if not (self._branch_ok(st.body) and self._branch_ok(st.orelse)):
-                    return False
+                why = self._branch_ok(st.body) or self._branch_ok(st.orelse)
+                if why:
+                    return why
                 continue
             if isinstance(st, ast.Assign):
                 if not all(_simple_store(t) for t in st.targets):
-                    return False
+                    return "it stores into an attribute or a nested element"
             elif isinstance(st, (ast.AugAssign, ast.AnnAssign)):
                 if not _simple_store(st.target) or getattr(st, "value", 1) is None:
-                    return False
+                    return "it stores into an attribute or a nested element"
             else:
-                return False
-            if any(_mutating_call(n) or isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom,
-                                                       ast.Await))
-                   for n in ast.walk(st)):  # fmt: skip
-                return False
-        return True
+                kind = _STATEMENT.get(type(st), type(st).__name__)
+                return f"it has a {kind} (a branch converts when it only assigns)"
+            for n in ast.walk(st):
+                if _mutating_call(n):
+                    return f"it calls .{n.func.attr}(), which changes an object"
+                if isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom, ast.Await)):
+                    return f"it has a {type(n).__name__}"
+        return None
 
     def visit_If(self, node: ast.If):
-        ok = self._branch_ok(node.body) and self._branch_ok(node.orelse)
+        why = self._branch_ok(node.body) or self._branch_ok(node.orelse)
+        ok = why is None
         after = self.live.live_after(node)
         assigned = modified(node.body) | modified(node.orelse)
         read = set().union(*(reads(s) for s in node.body + node.orelse)) if ok else set()
         node.body = self._stmts(node.body) or [ast.Pass()]
         node.orelse = self._stmts(node.orelse)
         test = self.visit(node.test)
-        if not ok:
-            node.test = self._test(test)
-            return node
+        if not ok:  # a guard where the test is traced: say why
+            node.test = _call("_tj_kept", ast.Constant(node.lineno), ast.Constant(why),
+                              self._test(test))  # fmt: skip
+            return _located([node], node)[0]
         k = self.count
         self.count += 1
         self.branches += 1
@@ -336,29 +342,36 @@ class Converter(ast.NodeTransformer):
         return _located([then, other, use], node)
 
     # -- loops ------------------------------------------------------------------------------
-    def _loop_ok(self, node: ast.For) -> bool:
-        if node.orelse or not _simple_store(node.target):
-            return False
-        if any(isinstance(t, ast.Subscript) for t in ast.walk(node.target)):
-            return False
+    def _loop_ok(self, node: ast.For) -> str | None:
+        """Why loop ``node`` cannot be converted, or ``None``."""
+        if node.orelse:
+            return "the loop has an else clause"
+        if not _simple_store(node.target) or any(
+            isinstance(t, ast.Subscript) for t in ast.walk(node.target)
+        ):
+            return "its target is not a name or a tuple of names"
         for st in node.body:
             for n in _walk_own(st):
                 if isinstance(n, ast.FunctionDef) and not n.name.startswith("_tj_"):
-                    return False
+                    return "its body defines a function"
                 if isinstance(n, _NOT_IN_BODY):
-                    return False
-                if isinstance(n, ast.Continue) or _mutating_call(n):
-                    return False
+                    return f"its body has a {_STATEMENT.get(type(n), type(n).__name__)}"
+                if isinstance(n, ast.Continue):
+                    return "a continue that does not end a branch"
+                if _mutating_call(n):
+                    return f"its body calls .{n.func.attr}(), which changes an object"
                 if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, ast.Store):
                     if not (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)):
-                        return False
+                        return "its body stores into an attribute or a nested element"
                 if isinstance(n, ast.While):
-                    return False
-        # the loop's target is the body's own: not read after the loop
-        return not (target_names(node.target) & self.live.live_after(node))
+                    return "its body has a while loop"
+        if target_names(node.target) & self.live.live_after(node):
+            return "the loop variable is read after the loop"
+        return None
 
     def visit_For(self, node: ast.For):
-        ok = self._loop_ok(node)
+        why = self._loop_ok(node)
+        ok = why is None
         if ok:
             assigned = modified(node.body)
             carried = assigned & (self.live.exposed(node.body) | self.live.live_after(node))
@@ -367,7 +380,8 @@ class Converter(ast.NodeTransformer):
         node.iter = self.visit(node.iter)
         node.orelse = self._stmts(node.orelse)
         if not ok:
-            return node
+            note = ast.Expr(_call("_tj_kept", ast.Constant(node.lineno), ast.Constant(why)))
+            return _located([note], node) + [node]
         k = self.count
         self.count += 1
         self.loops += 1
@@ -403,6 +417,14 @@ def _walk_own(node: ast.AST):
             continue
         todo.extend(ast.iter_child_nodes(n))
 
+
+_STATEMENT = {ast.Return: "return", ast.Raise: "raise", ast.Break: "break",
+              ast.Continue: "continue", ast.Expr: "call or expression statement",
+              ast.For: "for loop", ast.While: "while loop", ast.Try: "try statement",
+              ast.With: "with statement", ast.Delete: "del statement", ast.Yield: "yield",
+              ast.Global: "global statement", ast.Nonlocal: "nonlocal statement",
+              ast.Import: "import", ast.ImportFrom: "import", ast.Await: "await",
+              ast.ClassDef: "class definition", ast.NamedExpr: "walrus (:=)"}  # fmt: skip
 
 _AUG = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**",
         ast.FloorDiv: "//", ast.Mod: "%"}  # fmt: skip
