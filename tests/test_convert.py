@@ -448,3 +448,44 @@ def test_masked_batching_of_a_triangular_inner_loop(monkeypatch):
     gs = _graphs(f, x, monkeypatch=monkeypatch)
     assert Op.LOOP not in _ops(gs["vector"])  # both loops batched (rows of 11 at most)
     _agree(gs, [x], rtol=1e-10)
+
+
+def test_an_array_written_in_place_and_reachable_otherwise_is_not_rebound():
+    """A converted loop or branch writes into a traced array in place (its other names see the
+    writes, as in Python); a numpy array written in place that has another name runs as
+    written (numpy's own rules: storing a traced value into it is an error)."""
+    idx = np.array([0, 3, 3, 5, 1, 2, 7, 7, 4, 6])
+
+    def alias(x):
+        F = np.zeros_like(x)
+        G = F
+        for k in range(idx.size):
+            F[idx[k]] += x[k] ** 2
+        if x[0] > -1.0:
+            F[1] += 1.0
+        return np.sum(G * G)
+
+    def own(x):
+        F = np.zeros_like(x)
+        for k in range(idx.size):
+            F[idx[k]] += x[k] ** 2
+        if x[0] > -1.0:
+            F[1] += 1.0
+        return np.sum(F * F)
+
+    x = RNG.normal(size=10)
+    ga, go = tj.compile(alias, x), tj.compile(own, x)
+    np.testing.assert_allclose(ga(x), go(x), rtol=1e-14)
+    np.testing.assert_allclose(go(x), central(own, x), rtol=1e-6, atol=1e-8)
+    assert go.stats["convert"]["loops"] == 1 and go.stats["convert"]["branches"] == 1
+    assert ga.stats["convert"]["loops"] == 1  # a traced array: rebound in place, G sees it
+
+    def numpy_alias(x):
+        F = np.zeros(10)
+        G = F
+        for k in range(idx.size):
+            F[idx[k]] += x[k] ** 2
+        return np.sum(G * G)
+
+    with pytest.raises(tj.TracingError, match=r"float\(\)"):
+        tj.compile(numpy_alias, x)

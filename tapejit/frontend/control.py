@@ -77,15 +77,16 @@ def _flatten(tree: Any) -> tuple[list, Any]:
 
 
 def _unflatten(structure: Any, leaves: list) -> Any:
-    it = iter(leaves)
+    return _build_tree(structure, iter(leaves))
 
-    def build(s):
-        if s is None:
-            return next(it)
-        kind, parts = s
-        return kind(build(p) for p in parts)
 
-    return build(structure)
+def _build_tree(s: Any, it) -> Any:
+    """(A function of its own: a closure over the iterator would be a reference cycle keeping
+    the leaves alive until the collector runs.)"""
+    if s is None:
+        return next(it)
+    kind, parts = s
+    return kind([_build_tree(p, it) for p in parts])
 
 
 def _tracing() -> bool:

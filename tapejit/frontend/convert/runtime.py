@@ -25,9 +25,11 @@ from the values it is given, whether its statement runs as written or becomes IR
 
 from __future__ import annotations
 
+import gc
 import math
 import operator
 import os
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Callable
@@ -43,6 +45,8 @@ from . import purity
 from ..control import _loop
 from ..errors import TracingError
 from ..trace_state import BodyTrace, _current, _state
+from .. import views
+from ..trace_state import _UNSET as _UNSET_VALUE
 from ..tracer import Tracer, _build, _wrap, dynamic_length, lift
 
 #: Loops of fewer iterations run as written (unrolled into the trace): a loop costs a call per
@@ -341,14 +345,18 @@ def _select(c: Tracer, a: Any, b: Any) -> Any:
     return _build(ops.where, c, ta, tb)
 
 
-def if_stmt(test: Any, then: Callable, other: Callable, values: tuple, line: int) -> tuple:
-    """``if test: then else: other`` over the names ``values`` (see the module docstring)."""
+def if_stmt(test: Any, then: Callable, other: Callable, values: tuple, line: int,
+            inplace: tuple = ()) -> tuple:  # fmt: skip
+    """``if test: then else: other`` over the names ``values`` (see the module docstring);
+    ``inplace``: ``(output, value)`` positions of the names whose elements a branch writes."""
     if test.__class__ is not Tracer or not _tracing():
         try:
             return (then if test else other)(*values)
         except NameError as e:
             raise _unbound(e) from None
     why = purity.why_not(then, other)
+    if not why and any(_aliased(values[k]) or _read_only(values[k]) for _, k in inplace):
+        why = "an array a branch writes into is also reachable another way"
     if why:
         _note(line, f"only the branch taken may run: {why}")
         return (then if test else other)(*values)
@@ -367,7 +375,8 @@ def if_stmt(test: Any, then: Callable, other: Callable, values: tuple, line: int
                 raise _Unselectable
             result.append(r)
         _event("branches", line)
-        return tuple(result)
+        origin = {j: values[k] for j, k in inplace}
+        return tuple(_rebind(origin[j], r) if j in origin else r for j, r in enumerate(result))
     except _Unselectable:
         _note(line, "the branches' values cannot be selected elementwise (a name assigned on "
                     "one side only, or values of different shapes or kinds)")  # fmt: skip
@@ -575,6 +584,46 @@ def _traced_range(r: TracedRange):
     return n, 0, (lambda k: a + step * k if step != 1 else a + k), count
 
 
+def _aliased(v: Any) -> bool:
+    """Whether numpy array ``v`` (a value a loop or branch writes into) is referenced from
+    anywhere but the one name the statement reads it from: converted, that name is rebound to
+    a traced array, and any other reference would keep the old one (written as it is, the
+    statement raises: a traced value cannot be stored into a numpy array). The references
+    expected: the name (a cell: the rewritten code reads it in a lambda), the tuple of the
+    statement's values, this function's parameter and ``getrefcount``'s argument. (A traced
+    array is rebound in place instead, :func:`_rebind`: its other names see the writes.)"""
+    if not isinstance(v, np.ndarray):
+        return False
+    if v.base is not None:  # a view of another array
+        return True
+    if sys.getrefcount(v) <= _EXPECTED_REFS:
+        return False
+    gc.collect(0)  # a reference from garbage (a cycle not collected yet) is none
+    return sys.getrefcount(v) > _EXPECTED_REFS
+
+
+def _read_only(v: Any) -> bool:
+    """A traced array the function may not write into (an argument, or a view of one)."""
+    return v.__class__ is Tracer and isinstance(views.root_of(v)._view, views.ReadOnly)
+
+
+def _rebind(orig: Any, new: Any) -> Any:
+    """The value written in place: ``orig`` itself when it is a traced array of this trace,
+    rebound to ``new``'s value (so every name and view of it sees the writes, as Python's
+    statement would make them), else ``new``."""
+    if orig.__class__ is not Tracer or new.__class__ is not Tracer:
+        return new
+    if orig.level != len(_current.items) or orig.node.type != new.node.type:
+        return new
+    views.write(orig, lift(new).node, _UNSET_VALUE)
+    return orig
+
+
+#: ``sys.getrefcount`` of a carry referenced only by its name and the loop's value tuple, as
+#: :func:`_aliased` sees it (the frame in between adds none).
+_EXPECTED_REFS = 4
+
+
 def _carriable(v: Any) -> bool:
     if v.__class__ is Tracer:
         return True
@@ -603,8 +652,9 @@ def _unbound(e: NameError) -> NameError:
     return e
 
 
-def for_stmt(it: Any, body: Callable, values: tuple, line: int) -> tuple:
-    """``for item in it: values = body(item, *values)`` (see the module docstring)."""
+def for_stmt(it: Any, body: Callable, values: tuple, line: int, inplace: tuple = ()) -> tuple:
+    """``for item in it: values = body(item, *values)`` (see the module docstring).
+    ``inplace``: positions of the values whose elements the body writes."""
     if not _tracing():
         return _python(it, body, values)
     plan = _plan(it)
@@ -616,6 +666,12 @@ def for_stmt(it: Any, body: Callable, values: tuple, line: int) -> tuple:
     if bad:
         _note(line, "a value the loop updates is not a number or a numeric array "
                     f"({type(values[bad[0]]).__name__})")  # fmt: skip
+        return _python(it, body, values)
+    shared = [k for k in inplace if _aliased(values[k]) or _read_only(values[k])]
+    if shared:
+        _note(line, "an array the loop writes into is also reachable another way (another "
+                    "name, a container, a view, the caller): converted, the writes would not "
+                    "reach it")  # fmt: skip
         return _python(it, body, values)
     why = purity.why_not(body)
     if why:
@@ -637,7 +693,8 @@ def for_stmt(it: Any, body: Callable, values: tuple, line: int) -> tuple:
     _event("loops", line)
     if done.get("vectorised"):
         _event("vectorised", line)
-    return tuple(carry)
+    carry = tuple(carry)
+    return tuple(_rebind(values[k], c) if k in inplace else c for k, c in enumerate(carry))
 
 
 #: The operators by the names the rewritten code calls them.

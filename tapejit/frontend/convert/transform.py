@@ -319,6 +319,7 @@ class Converter(ast.NodeTransformer):
         ok = why is None
         after = self.live.live_after(node)
         assigned = modified(node.body) | modified(node.orelse)
+        written = _element_writes(node.body + node.orelse)
         read = set().union(*(reads(s) for s in node.body + node.orelse)) if ok else set()
         node.body = self._stmts(node.body) or [ast.Pass()]
         node.orelse = self._stmts(node.orelse)
@@ -330,14 +331,16 @@ class Converter(ast.NodeTransformer):
         k = self.count
         self.count += 1
         self.branches += 1
-        outs = sorted(assigned & after)
+        outs = sorted((assigned & after) | written)  # (written in place: other names may see it)
         params = sorted((read | set(outs)) & self.locals)
         ret = ast.Return(_tuple(outs, ast.Load))
         then = ast.FunctionDef(f"_tj_then_{k}", _args(params), [*node.body, ret], [], None, None)
         other = ast.FunctionDef(f"_tj_else_{k}", _args(params),
                                 [*node.orelse, copy.deepcopy(ret)], [], None, None)  # fmt: skip
+        inplace = tuple((j, params.index(n)) for j, n in enumerate(outs) if n in written)
         call = _call("_tj_if_stmt", self._test(test), _name(then.name), _name(other.name),
-                     _getters(params), ast.Constant(node.lineno))  # fmt: skip
+                     _getters(params), ast.Constant(node.lineno),
+                     ast.Constant(inplace))  # fmt: skip
         use = ast.Assign([_tuple(outs, ast.Store)], call) if outs else ast.Expr(call)
         return _located([then, other, use], node)
 
@@ -376,6 +379,7 @@ class Converter(ast.NodeTransformer):
             assigned = modified(node.body)
             carried = assigned & (self.live.exposed(node.body) | self.live.live_after(node))
             carried -= target_names(node.target)
+            written = _element_writes(node.body)
         node.body = self._stmts(node.body) or [ast.Pass()]
         node.iter = self.visit(node.iter)
         node.orelse = self._stmts(node.orelse)
@@ -390,8 +394,10 @@ class Converter(ast.NodeTransformer):
         body = ast.FunctionDef(f"_tj_loop_{k}", _args(["_tj_item", *names]),
                                [bind, *node.body, ast.Return(_tuple(names, ast.Load))],
                                [], None, None)  # fmt: skip
+        inplace = tuple(k for k, n in enumerate(names) if n in written)
         call = _call("_tj_for_stmt", self._iterable(node.iter), _name(body.name),
-                     _getters(names), ast.Constant(node.lineno))  # fmt: skip
+                     _getters(names), ast.Constant(node.lineno),
+                     ast.Constant(inplace))  # fmt: skip
         use = ast.Assign([_tuple(names, ast.Store)], call) if names else ast.Expr(call)
         return _located([body, use], node)
 
@@ -403,6 +409,13 @@ class Converter(ast.NodeTransformer):
             if it.func.id in table and not any(isinstance(a, ast.Starred) for a in it.args):
                 return ast.copy_location(ast.Call(_name(table[it.func.id]), it.args, []), it)
         return it
+
+
+def _element_writes(stmts: list[ast.stmt]) -> set[str]:
+    """Names whose elements ``stmts`` write (``y[i] = v``, ``y[i] += v``): changed in place."""
+    return {n.value.id for st in stmts for n in ast.walk(st)
+            if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)
+            and isinstance(n.value, ast.Name)}  # fmt: skip
 
 
 def _walk_own(node: ast.AST):
