@@ -96,12 +96,13 @@ def run_program(prog: Program, args: Sequence[Any]) -> list[np.ndarray]:
         if n.op in ops.SCATTER:
             acc, upd = n.args
             dst = view(n)
+            u = read(upd, local)  # (before the fill: an update may be placed in the block)
             if _location(prog, n) != _location(prog, acc):
                 dst[...] = read(acc, local)
             if n.op == Op.SCATTER:
-                dst[ops._np_items(n.attrs)] = read(upd, local)
+                dst[ops._np_items(n.attrs)] = u
             else:
-                dst[ops._np_items(n.attrs)] += read(upd, local)
+                dst[ops._np_items(n.attrs)] += u
             return None
         value = ops.OPS[n.op].ref(n.attrs, *(read(a, local) for a in n.args))
         return np.asarray(value, dtype=NUMPY_DTYPE[n.dtype])
