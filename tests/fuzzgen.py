@@ -156,6 +156,63 @@ RAGGED_FORMS = {  # triangular loops: rows whose length moves with the loop vari
 }
 
 
+CONVERTED_FORMS = {  # loops and branches converted from the source (tapejit/frontend/convert)
+    # a scatter-add through an index table with repeated positions, into np.zeros
+    "table": ["{F} = np.zeros(len({m}))",
+              "for t in range(len({tab})):",
+              "    {F}[{tab}[t]] += np.sin({m}[t % len({m})]) * 0.5",
+              "{v} = np.sum({F} * {F}) * 0.1"],
+    # a branch whose untaken side is inf/NaN (log of a non-positive number)
+    "singular": ["{v} = 0.0",
+                 "for i in range(len({m})):",
+                 "    if {m}[i] > 0.05:",
+                 "        {v} += np.log({m}[i]) * 0.2",
+                 "    else:",
+                 "        {v} += {m}[i] * 0.5"],
+    "continue": ["{v} = 0.0",
+                 "for i in range(len({m})):",
+                 "    if {m}[i] < -0.3 or {m}[i] > 0.9:",
+                 "        continue",
+                 "    w = 2.0 if {m}[i] > 0.2 else 0.5",
+                 "    {v} += w * {m}[i] ** 2"],
+    # a nest with a traced inner bound, reading an index table
+    "nest": ["{v} = 0.0",
+             "for i in range(len({m})):",
+             "    for j in range(i + 1, len({m})):",
+             "        {v} += np.cos({m}[{tab}[i % len({tab})]] - {m}[j]) * 0.05"],
+    # a time loop around element loops (a sequential loop of array carries)
+    "time": ["{F} = {m} * 1.0",
+             "for t in range(9):",
+             "    g = np.zeros(len({m}))",
+             "    for i in range(len({m}) - 1):",
+             "        d = {F}[i + 1] - {F}[i]",
+             "        g[i] += np.tanh(d)",
+             "        g[i + 1] -= np.tanh(d)",
+             "    {F} = {F} + 0.05 * g",
+             "{v} = np.sum({F} * {m}) * 0.1"],
+}
+
+
+def _converted_loop(data, prog: "Program", a: str, sa: tuple) -> None:
+    """A loop or branch of the forms converted from the source: over a vector of at least 12
+    elements (the variable, raveled and repeated), reading a constant index table with
+    repeated positions."""
+    size = math.prod(sa) if sa else 1
+    k = 12 // size + 1
+    m = prog.new((size * k,), f"np.concatenate([np.ravel({a})] * {k}) * 0.8", "converted")
+    rng = random.Random(data.draw(st.integers(0, 2**16)))
+    n = size * k
+    tab_values = [rng.randrange(0, n) for _ in range(rng.randrange(10, 20))]
+    form = data.draw(st.sampled_from(sorted(CONVERTED_FORMS)))
+    v, F, tab = f"v{prog.k}", f"F{prog.k}", f"tab{prog.k}"
+    prog.k += 1
+    prog.lines.append(f"    {tab} = np.array({tab_values!r})")
+    for line in CONVERTED_FORMS[form]:
+        prog.lines.append("    " + line.format(m=m, v=v, F=F, tab=tab))
+    prog.shapes[v] = ()
+    prog.features.add(f"converted:{form}")
+
+
 def _ragged_loop(data, prog: "Program", a: str, sa: tuple) -> None:
     """A triangular element loop (tapejit/passes/reroll/ragged.py) over the rows of a matrix
     or the elements of a vector (repeated to at least 26 rows, so that it re-rolls: a pair
@@ -219,7 +276,7 @@ def _statement(data, prog: Program) -> None:
         st.sampled_from(
             ["unary", "unary", "binary", "binary", "reduce", "index", "inplace", "matmul",
              "where", "guard", "pyloop", "pyguard", "fori", "scan", "while", "kink", "assemble",
-             "capture", "ragged", "graph"]
+             "capture", "ragged", "graph", "converted", "converted"]
         )
     )  # fmt: skip
     a = _pick(data, prog)
@@ -373,6 +430,8 @@ def _statement(data, prog: Program) -> None:
         _capture_loop(data, prog, a, sa)
     elif kind == "ragged":
         _ragged_loop(data, prog, a, sa)
+    elif kind == "converted":
+        _converted_loop(data, prog, a, sa)
     elif kind == "graph":
         _graph_loop(data, prog, a, sa)
     elif kind == "fori":

@@ -489,3 +489,39 @@ def test_an_array_written_in_place_and_reachable_otherwise_is_not_rebound():
 
     with pytest.raises(tj.TracingError, match=r"float\(\)"):
         tj.compile(numpy_alias, x)
+
+
+def test_a_branch_writing_in_place_does_not_leak_into_the_other():
+    """Both branches write into the same array (a constant zeros array: its mask is the array
+    itself); each must start from the array as it was (found by the fuzzer)."""
+
+    def f(x):
+        t = [0]
+        F = np.zeros_like(x)
+        for i in range(len(x)):
+            if x[i] > 0.0:
+                F[t[i]] += np.sin(x[i])
+            else:
+                F[t[i]] -= x[i] * 0.5
+        return np.sum(F * F)
+
+    for x0 in (np.array([-1.45]), np.array([0.7])):
+        g = tj.compile(f, x0, cache=False)
+        value, grad = g.value_and_grad(x0)
+        assert value == pytest.approx(f(x0), rel=1e-14)
+        np.testing.assert_allclose(grad, central(f, x0), rtol=1e-7)
+
+
+def test_a_short_loop_writes_traced_values_into_a_new_numpy_array():
+    """A loop too short to convert runs as written, and may still store traced values into a
+    numpy array it fills (as a converted loop may): the array is traced from the start."""
+
+    def f(x):
+        F = np.zeros(3)
+        for k in range(3):
+            F[k] = x[k] * x[(k + 1) % 3]
+        return np.sum(F * F)
+
+    x = RNG.normal(size=3)
+    g = tj.compile(f, x)
+    np.testing.assert_allclose(g(x), central(f, x), rtol=1e-7, atol=1e-9)

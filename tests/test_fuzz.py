@@ -253,6 +253,8 @@ def test_random_programs_match_numpy_and_finite_differences(data):
             raise AssertionError(_report(src, xs, f"internal error: {e}")) from e
         COUNTS["clear errors"] += 1
         COUNTS["clear error: " + str(e).split(": ", 1)[-1][:60]] += 1
+        if os.environ.get("TAPEJIT_FUZZ_SHOW_ERRORS"):
+            print("\n--- clear error ---\n" + src + str(e)[:300])
         return
     except Exception as e:  # noqa: BLE001 - an internal error is a failure, with the program
         raise AssertionError(_report(src, xs, f"internal error {type(e).__name__}: {e}")) from e

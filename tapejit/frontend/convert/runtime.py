@@ -307,6 +307,12 @@ def _mask(v: Any, c: Tracer) -> Any:
     return _build(lambda cn, vn: ops.where(cn, vn, ops.make(Op.STOP_GRADIENT, vn)), c, v)
 
 
+def _own(v: Any) -> Any:
+    """A traced value as a new tracer object of the same value: a branch that writes into it
+    in place rebinds its own object, not the one the other branch and the code after see."""
+    return Tracer(v.node, v._value, v.level) if v.__class__ is Tracer else v
+
+
 _NO = object()
 
 
@@ -323,6 +329,8 @@ def _select(c: Tracer, a: Any, b: Any) -> Any:
     the two cannot be selected elementwise."""
     if a is b:
         return a
+    if a.__class__ is Tracer and b.__class__ is Tracer and a.node is b.node:
+        return a  # unchanged on both sides
     if a is UNDEFINED or b is UNDEFINED:
         return _NO
     if not (_numeric(a) and _numeric(b)):
@@ -363,10 +371,10 @@ def if_stmt(test: Any, then: Callable, other: Callable, values: tuple, line: int
     c = _logical(test)
     try:
         with under(c):
-            out_t = then(*(_mask(v, c) for v in values))
+            out_t = then(*(_own(_mask(v, c)) for v in values))
         nc = ~c
         with under(nc):
-            out_f = other(*(_mask(v, nc) for v in values))
+            out_f = other(*(_own(_mask(v, nc)) for v in values))
         result = []
         for a, b in zip(out_t, out_f):
             a, b = _unmask(a, values, c), _unmask(b, values, nc)
@@ -453,10 +461,10 @@ def ifexp(test: Any, then: Callable, other: Callable, values: tuple) -> Any:
     c = _logical(test)
     try:
         with under(c):
-            a = then(*(_mask(v, c) for v in values))
+            a = then(*(_own(_mask(v, c)) for v in values))
         nc = ~c
         with under(nc):
-            b = other(*(_mask(v, nc) for v in values))
+            b = other(*(_own(_mask(v, nc)) for v in values))
         r = _select(c, _unmask(a, values, c), _unmask(b, values, nc))
         if r is not _NO:
             return r
@@ -602,6 +610,20 @@ def _aliased(v: Any) -> bool:
     return sys.getrefcount(v) > _EXPECTED_REFS
 
 
+def _traced_writes(values: tuple, inplace: tuple) -> tuple:
+    """``values`` with each numpy array the loop writes into (no other name reaching it) as a
+    traced array: a loop run as written may then store traced values into it, as a converted
+    one does (``f = np.zeros(3); for k in range(3): f[k] = ...``)."""
+    own = [k for k in inplace if isinstance(values[k], np.ndarray)
+           and values[k].dtype.kind in "fiub" and not _aliased(values[k])]  # fmt: skip
+    if not own:
+        return values
+    out = list(values)
+    for k in own:
+        out[k] = _own(lift(out[k].astype(np.float64)))
+    return tuple(out)
+
+
 def _read_only(v: Any) -> bool:
     """A traced array the function may not write into (an argument, or a view of one)."""
     return v.__class__ is Tracer and isinstance(views.root_of(v)._view, views.ReadOnly)
@@ -661,7 +683,7 @@ def for_stmt(it: Any, body: Callable, values: tuple, line: int, inplace: tuple =
     if isinstance(plan, str):
         if not (type(it) is range and len(it) < MIN_TRIPS):
             _note(line, plan)
-        return _python(it, body, values)
+        return _python(it, body, _traced_writes(values, inplace))
     bad = [k for k, v in enumerate(values) if not _carriable(v)]
     if bad:
         _note(line, "a value the loop updates is not a number or a numeric array "
