@@ -14,6 +14,7 @@ import pytest
 import tapejit as tj
 from tapejit.frontend.tracing import trace
 from tapejit.core.ops import Op
+from tapejit.frontend.convert import loops as cv_loops
 from tapejit.frontend.convert import runtime as cv
 
 from oracles import central
@@ -297,7 +298,7 @@ def _graphs(f, *xs, monkeypatch):
 
     out = {}
     for name, vec, conv in (("vector", True, True), ("loop", False, True), ("python", True, False)):
-        monkeypatch.setattr(cv, "VECTORISE", vec)
+        monkeypatch.setattr(cv_loops, "VECTORISE", vec)
         monkeypatch.setattr(loop_source, "CONVERT", conv)
         loop_source._rewritten_code.cache_clear()
         out[name] = trace(f, list(xs), list(range(len(xs))))
@@ -392,7 +393,7 @@ def test_an_array_carry_is_updated_in_place_in_the_loop(monkeypatch):
     buffer for it (``Program.donated``), so the work per iteration does not grow with n."""
     from tapejit.passes import memplan, pipeline
 
-    monkeypatch.setattr(cv, "VECTORISE", False)
+    monkeypatch.setattr(cv_loops, "VECTORISE", False)
 
     def f(x, conn=RNG.integers(0, 500, size=(50, 2))):
         F = np.zeros(500)

@@ -12,7 +12,10 @@ be converted, the statement runs exactly as written.
   (the carries of a loop and the outputs of a branch are the names it assigns that are live);
 * :mod:`~tapejit.frontend.convert.transform` — the AST rewrite (which statements are
   convertible, and the functions and calls they become);
-* :mod:`~tapejit.frontend.convert.runtime` — the operators the rewritten code calls;
+* :mod:`~tapejit.frontend.convert.runtime` — the operators the rewritten code calls, by name:
+  :mod:`~tapejit.frontend.convert.loops` (loops), :mod:`~tapejit.frontend.convert.branches`
+  (branches), :mod:`~tapejit.frontend.convert.common` (what they share, and the record of what
+  was converted);
 * :mod:`~tapejit.frontend.convert.purity` — whether a body reads only values whose use runs
   no user code with side effects (else it runs as written).
 
