@@ -6,13 +6,13 @@ vectorised loop, then add the block's forces in a scalar loop).
 
 Every function returns the energy and writes the gradient ``g`` (the shape of ``x``)::
 
-    morse_grad(x, g, n, work)                 work: 6 n doubles
-    springs_grad(x, g, nx, conn, rest, k, S)  nx = x.size
-    neohookean_grad(x, g, nx, tri, Bm, area, E)
-    angles_grad(x, g, nx, trip, T)
-    stencil_grad(u, g, n)
-    chain_grad(state, g, n, T, work)          work: (T + 5) n doubles
-    ljcut_grad(x, g, n, work)                 work: 6 n doubles
+    sc_morse_grad(x, g, n, work)                 work: 6 n doubles
+    sc_springs_grad(x, g, nx, conn, rest, k, S)  nx = x.size
+    sc_neohookean_grad(x, g, nx, tri, Bm, area, E)
+    sc_angles_grad(x, g, nx, trip, T)
+    sc_stencil_grad(u, g, n)
+    sc_chain_grad(state, g, n, T, work)          work: (T + 5) n doubles
+    sc_ljcut_grad(x, g, n, work)                 work: 6 n doubles
 
 :func:`load` builds the library once per :class:`benchutil.CCompiler` and returns a
 :class:`CGradient` of a :class:`~scalarised_models.Case`: buffers and pointers made once, so a
@@ -70,7 +70,7 @@ static inline double morse_row(const double *restrict px, const double *restrict
     return e;
 }
 
-double morse_grad(const double *restrict x, double *restrict g, int64_t n, double *restrict w) {
+double sc_morse_grad(const double *restrict x, double *restrict g, int64_t n, double *restrict w) {
     double *px = w, *py = w + n, *pz = w + 2 * n, *gx = w + 3 * n, *gy = w + 4 * n, *gz = w + 5 * n;
     for (int64_t i = 0; i < n; i++) {
         px[i] = x[3 * i]; py[i] = x[3 * i + 1]; pz[i] = x[3 * i + 2];
@@ -85,7 +85,7 @@ double morse_grad(const double *restrict x, double *restrict g, int64_t n, doubl
 }
 
 /* ---- 2. spring network, x (n, 2) ----------------------------------------------------------- */
-double springs_grad(const double *restrict x, double *restrict g, int64_t nx,
+double sc_springs_grad(const double *restrict x, double *restrict g, int64_t nx,
                     const int64_t *restrict conn, const double *restrict rest,
                     const double *restrict k, int64_t S) {
     double h[2 * BLOCK] __attribute__((aligned(64)));
@@ -139,7 +139,7 @@ static inline double neohookean_block(const double *restrict x, const int64_t *r
     return e;
 }
 
-double neohookean_grad(const double *restrict x, double *restrict g, int64_t nx,
+double sc_neohookean_grad(const double *restrict x, double *restrict g, int64_t nx,
                        const int64_t *restrict tri, const double *restrict Bm,
                        const double *restrict area, int64_t E) {
     double h[4 * BLOCK] __attribute__((aligned(64)));
@@ -187,7 +187,7 @@ static inline double angles_block(const double *restrict x, const int64_t *restr
     return e;
 }
 
-double angles_grad(const double *restrict x, double *restrict g, int64_t nx,
+double sc_angles_grad(const double *restrict x, double *restrict g, int64_t nx,
                    const int64_t *restrict trip, int64_t T) {
     double h[6 * BLOCK] __attribute__((aligned(64)));
     memset(g, 0, sizeof(double) * nx);
@@ -226,7 +226,7 @@ static inline double stencil_row(const double *restrict u,
     return e;
 }
 
-double stencil_grad(const double *restrict u, double *restrict g, int64_t n) {
+double sc_stencil_grad(const double *restrict u, double *restrict g, int64_t n) {
     memset(g, 0, sizeof(double) * n * n);
     double e = 0.0;
     for (int64_t i = 1; i < n - 1; i++)
@@ -235,7 +235,7 @@ double stencil_grad(const double *restrict u, double *restrict g, int64_t n) {
 }
 
 /* ---- 6. explicit Euler of an oscillator chain; work[(T + 5) n]: x_0 .. x_T, v, tensions ---- */
-double chain_grad(const double *restrict state, double *restrict g, int64_t n, int64_t T,
+double sc_chain_grad(const double *restrict state, double *restrict g, int64_t n, int64_t T,
                   double *restrict w) {
     double *restrict xs = w;                        /* x_0 .. x_T, (T + 1) n */
     double *restrict v = w + (T + 1) * n;
@@ -301,7 +301,7 @@ static inline double ljcut_row(const double *restrict px, const double *restrict
     return e;
 }
 
-double ljcut_grad(const double *restrict x, double *restrict g, int64_t n, double *restrict w) {
+double sc_ljcut_grad(const double *restrict x, double *restrict g, int64_t n, double *restrict w) {
     double *px = w, *py = w + n, *pz = w + 2 * n, *gx = w + 3 * n, *gy = w + 4 * n, *gz = w + 5 * n;
     for (int64_t i = 0; i < n; i++) {
         px[i] = x[3 * i]; py[i] = x[3 * i + 1]; pz[i] = x[3 * i + 2];
@@ -319,15 +319,15 @@ double ljcut_grad(const double *restrict x, double *restrict g, int64_t n, doubl
 C_SOURCE = _defines() + C_BODY
 
 C_CDEF = """
-double morse_grad(const double *x, double *g, int64_t n, double *w);
-double springs_grad(const double *x, double *g, int64_t nx, const int64_t *conn,
+double sc_morse_grad(const double *x, double *g, int64_t n, double *w);
+double sc_springs_grad(const double *x, double *g, int64_t nx, const int64_t *conn,
                     const double *rest, const double *k, int64_t S);
-double neohookean_grad(const double *x, double *g, int64_t nx, const int64_t *tri,
+double sc_neohookean_grad(const double *x, double *g, int64_t nx, const int64_t *tri,
                        const double *Bm, const double *area, int64_t E);
-double angles_grad(const double *x, double *g, int64_t nx, const int64_t *trip, int64_t T);
-double stencil_grad(const double *u, double *g, int64_t n);
-double chain_grad(const double *state, double *g, int64_t n, int64_t T, double *w);
-double ljcut_grad(const double *x, double *g, int64_t n, double *w);
+double sc_angles_grad(const double *x, double *g, int64_t nx, const int64_t *trip, int64_t T);
+double sc_stencil_grad(const double *u, double *g, int64_t n);
+double sc_chain_grad(const double *state, double *g, int64_t n, int64_t T, double *w);
+double sc_ljcut_grad(const double *x, double *g, int64_t n, double *w);
 """
 
 #: the models whose C function differs from ``<model>_grad``
@@ -346,7 +346,7 @@ class CGradient:
         # leaves ``fn`` pointing at memory that may be mapped again (JIT code of a recompile)
         self.cc, self.lib = cc, lib
         name = C_NAME.get(case.model, case.model)
-        self.fn = getattr(lib, f"{name}_grad")
+        self.fn = getattr(lib, f"sc_{name}_grad")
         self.x = np.array(case.x, dtype=np.float64, order="C")
         self.g = np.zeros_like(self.x)
         t = {k: (np.ascontiguousarray(v) if isinstance(v, np.ndarray) else v)

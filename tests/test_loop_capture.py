@@ -559,7 +559,8 @@ def test_value_read_after_the_loop():
         s = 0.0
         for i in range(len(x)):
             s = s + x[i] * x[i]
-        if s > 100.0:
+        if s > 100.0:  # (a side effect: the branch stays a guard, not a select)
+            LOG.append(s)
             return s * 2.0
         return np.sqrt(s)
 

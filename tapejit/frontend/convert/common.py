@@ -154,19 +154,80 @@ def _table(arr: np.ndarray) -> Tracer:
 
 
 def getitem(base: Any, key: Any) -> Any:
-    """``base[key]``; a numpy array read at a traced position is a gather from it. An array
+    """``base[key]``; a numpy array read at a traced position is a gather from it, and a slice
+    of fixed length at a traced start (``x[3 * i : 3 * i + 3]``) reads its elements. An array
     a converted branch reads (masked by its condition, :func:`_mask`) is read unmasked and the
     element masked: the same value and cotangent, without a select over the whole array."""
     if base.__class__ is Tracer:
         masked = _masked_of(base)
         if masked is not None:
             whole, c = masked
-            return _mask(whole[key], c)
+            return _mask(getitem(whole, key), c)
+        split = _moving_slice(key)
+        if split is not None:
+            keys, axis = split
+            return _stack([base[k] for k in keys], axis)
         return base[key]
-    if (base.__class__ is np.ndarray and _tracing() and _has_tracer(key)
-            and base.dtype.kind in "fiub"):  # fmt: skip
-        return _table(base)[key]
+    if base.__class__ is np.ndarray and _tracing() and base.dtype.kind in "fiub":
+        if _has_tracer(key):
+            return getitem(_table(base), key)
     return base[key]
+
+
+def setitem(base: Any, key: Any, value: Any) -> None:
+    """``base[key] = value``; a slice of fixed length at a traced start writes its elements."""
+    split = _moving_slice(key) if base.__class__ is Tracer else None
+    if split is None:
+        base[key] = value
+        return
+    keys, axis = split
+    v = value if value.__class__ is Tracer else np.asarray(value)
+    for j, k in enumerate(keys):
+        base[k] = v[(slice(None),) * axis + (j,)] if np.ndim(v) > axis else v
+
+
+def _has_slice_tracer(k: Any) -> bool:
+    return k.__class__ is slice and (k.start.__class__ is Tracer or k.stop.__class__ is Tracer)
+
+
+def _moving_slice(key: Any) -> tuple[list, int] | None:
+    """For a key with one slice whose bounds are traced and whose length is fixed (``stop`` is
+    ``start`` plus a constant; step 1), the keys of its elements and the axis of the result
+    they stack along; ``None`` for a key without such a slice. Raises ``TracingError`` for a
+    traced slice of another form (its length would follow the data)."""
+    items = key if key.__class__ is tuple else (key,)
+    pos = [k for k, it in enumerate(items) if _has_slice_tracer(it)]
+    if not pos:
+        return None
+    if len(pos) > 1 or any(it is Ellipsis or it is None for it in items):
+        raise TracingError("more than one slice with traced bounds in one index")
+    sl = items[pos[0]]
+    if sl.step not in (None, 1):
+        raise TracingError("a slice with traced bounds and a step")
+    start, stop = lift(0.0 if sl.start is None else sl.start), lift(sl.stop)
+    n = stop.node
+    length = None
+    if n.op == Op.ADD:
+        a, b = n.args
+        if a is start.node and b.op == Op.CONST and b.shape == ():
+            length = b.attrs[0]
+        elif b is start.node and a.op == Op.CONST and a.shape == ():
+            length = a.attrs[0]
+    if length is None or length != int(length) or not 0 <= length <= 64:
+        raise TracingError(
+            "a slice whose length follows traced values; write x[s : s + L] with a fixed L, "
+            "or read the elements one by one"
+        )
+    axis = sum(1 for it in items[: pos[0]] if it.__class__ is slice)
+    keys = [items[: pos[0]] + (sl.start + j if sl.start is not None else j,) + items[pos[0] + 1 :]
+            for j in range(int(length))]  # fmt: skip
+    return [k if len(k) > 1 else k[0] for k in keys], axis
+
+
+def _stack(parts: list, axis: int) -> Any:
+    if not parts:
+        raise TracingError("an empty slice with traced bounds")
+    return np.stack(parts, axis=axis)
 
 
 _AUG = {"+": operator.iadd, "-": operator.isub, "*": operator.imul, "/": operator.itruediv,
@@ -175,7 +236,7 @@ _AUG = {"+": operator.iadd, "-": operator.isub, "*": operator.imul, "/": operato
 
 def aug(base: Any, key: Any, op: str, value: Any) -> None:
     """``base[key] op= value``, in place, as Python runs it (one read, one write)."""
-    base[key] = _AUG[op](getitem(base, key), value)
+    setitem(base, key, _AUG[op](getitem(base, key), value))
 
 
 def _masked_of(t: Tracer) -> tuple[Tracer, Tracer] | None:
@@ -194,6 +255,25 @@ def to_int(v: Any) -> Any:
     if v.__class__ is Tracer and isinstance(_state(), BodyTrace):
         return np.trunc(v)
     return int(v)
+
+
+def max2(a: Any, b: Any) -> Any:
+    """Python's ``max(a, b)`` — ``b if b > a else a`` — as a select when either is traced
+    (no guard: the choice may differ from element to element of the data)."""
+    if a.__class__ is Tracer or b.__class__ is Tracer:
+        if np.ndim(a) or np.ndim(b):
+            return max(a, b)  # an array: Python's max compares it as a truth value (an error)
+        return _build(ops.where, lift(b) > lift(a), b, a)
+    return max(a, b)
+
+
+def min2(a: Any, b: Any) -> Any:
+    """Python's ``min(a, b)`` — ``b if b < a else a`` — as a select when either is traced."""
+    if a.__class__ is Tracer or b.__class__ is Tracer:
+        if np.ndim(a) or np.ndim(b):
+            return min(a, b)
+        return _build(ops.where, lift(b) < lift(a), b, a)
+    return min(a, b)
 
 
 def _logical(v: Tracer) -> Tracer:

@@ -45,7 +45,8 @@ from .liveness import Liveness, modified, reads, target_names
 #: Names of the operators the rewritten code calls (cells of the rewritten function).
 OPERATORS = ("_tj_for_stmt", "_tj_if_stmt", "_tj_ifexp", "_tj_args", "_tj_and", "_tj_or",
              "_tj_not", "_tj_getitem", "_tj_range", "_tj_enumerate", "_tj_zip", "_tj_mkslice",
-             "_tj_to_int", "_tj_aug", "_tj_kept")  # fmt: skip
+             "_tj_to_int", "_tj_aug", "_tj_kept", "_tj_setitem", "_tj_max2",
+             "_tj_min2")  # fmt: skip
 
 #: Method names that change their object: a body calling one on a name is not converted
 #: (the call would run once while tracing instead of once per iteration).
@@ -180,6 +181,7 @@ class Converter(ast.NodeTransformer):
     def __init__(self, fn: ast.FunctionDef, locals_: set[str]):
         self.fn = fn
         _Continues().visit(fn)
+        _single_return(fn)
         self.live = Liveness(fn)
         self.locals = set(locals_) | modified(fn.body)
         for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
@@ -197,9 +199,19 @@ class Converter(ast.NodeTransformer):
         if node is self.fn:
             node.body = self._stmts(node.body)
             return node
-        return node  # nested functions (and the capture's bodies) are traced as they are
+        if not node.name.startswith("_tj_") and not self.scope:
+            # a helper defined in the function: converted as a function of its own (its own
+            # names and liveness; the operators are the enclosing function's free names)
+            inner = Converter(node, set())
+            if not (inner.locals & _BUILTINS_USED):
+                inner.visit(node)
+                self.count += inner.count
+        return node  # (the capture's bodies are traced as they are)
 
-    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+    def visit_AsyncFunctionDef(self, node):
+        return node
+
+    visit_ClassDef = visit_AsyncFunctionDef
 
     def _inner_scope(self, node):
         self.scope += 1
@@ -239,6 +251,21 @@ class Converter(ast.NodeTransformer):
         parts = [p if p is not None else ast.Constant(None) for p in (e.lower, e.upper, e.step)]
         return ast.copy_location(_call("_tj_mkslice", *parts), e)
 
+    def visit_Assign(self, node: ast.Assign):
+        """``y[k] = v`` (``y`` a name, one target) as ``_tj_setitem(y, k, v)``: the same write,
+        also at a slice of fixed length with a traced start."""
+        self.generic_visit(node)
+        if self.scope or len(node.targets) != 1:
+            return node
+        t = node.targets[0]
+        if not (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)):
+            return node
+        key = t.slice
+        key = (ast.Tuple([self._slice_value(e) for e in key.elts], ast.Load())
+               if isinstance(key, ast.Tuple) else self._slice_value(key))  # fmt: skip
+        call = _call("_tj_setitem", ast.Name(t.value.id, ast.Load()), key, node.value)
+        return ast.copy_location(ast.Expr(call), node)
+
     def visit_AugAssign(self, node: ast.AugAssign):
         """``y[k] += v`` (``y`` a name) as ``_tj_aug(y, k, "+=", v)``: the same reads and
         write, in place, with the element read going through ``_tj_getitem``."""
@@ -260,6 +287,11 @@ class Converter(ast.NodeTransformer):
         if (isinstance(node.func, ast.Name) and node.func.id == "int" and len(node.args) == 1
                 and not node.keywords and not self.scope and "int" not in self.locals):  # fmt: skip
             return ast.copy_location(_call("_tj_to_int", node.args[0]), node)
+        if (isinstance(node.func, ast.Name) and node.func.id in ("max", "min")
+                and len(node.args) == 2 and not node.keywords and not self.scope
+                and node.func.id not in self.locals
+                and not any(isinstance(a, ast.Starred) for a in node.args)):  # fmt: skip
+            return ast.copy_location(_call(f"_tj_{node.func.id}2", *node.args), node)
         return node
 
     def _test(self, e: ast.expr) -> ast.expr:
@@ -454,14 +486,84 @@ def _located(stmts: list[ast.stmt], where: ast.stmt) -> list[ast.stmt]:
     return stmts
 
 
+#: Built-ins the rewrite replaces by operators: a function that binds one of these names keeps
+#: its statements as written.
+_BUILTINS_USED = frozenset({"range", "enumerate", "zip", "slice", "int", "max", "min"})
+
+
+def _returns_in(node: ast.AST) -> bool:
+    """Whether ``node`` holds a ``return`` of the function (not of a nested one)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.Return):
+            return True
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        todo.extend(ast.iter_child_nodes(n))
+    return False
+
+
+def _ends_in_return(block: list[ast.stmt]) -> bool:
+    if not block:
+        return False
+    last = block[-1]
+    if isinstance(last, ast.Return):
+        return True
+    return isinstance(last, ast.If) and _ends_in_return(last.body) and _ends_in_return(last.orelse)
+
+
+def _assign_returns(stmts: list[ast.stmt], budget: list[int]) -> list[ast.stmt] | None:
+    """``stmts`` (a block ending the function) with every ``return v`` as ``_tj_ret = v`` and
+    the statements after an ``if`` that returns on one side moved into its other side (falling
+    off the end: ``_tj_ret = None``); ``None`` when a return sits in a loop, ``try`` or
+    ``with``, or the copies grow past ``budget``."""
+    out: list[ast.stmt] = []
+    for k, st in enumerate(stmts):
+        if isinstance(st, ast.Return):
+            value = st.value if st.value is not None else ast.Constant(None)
+            out.append(ast.copy_location(ast.Assign([ast.Name("_tj_ret", ast.Store())], value), st))
+            return out
+        if isinstance(st, ast.If) and _returns_in(st):
+            rest = stmts[k + 1 :]
+            budget[0] -= len(rest) * (2 - _ends_in_return(st.body) - _ends_in_return(st.orelse))
+            if budget[0] < 0:
+                return None
+            body = _assign_returns(st.body + ([] if _ends_in_return(st.body) else rest), budget)
+            other = _assign_returns(st.orelse + ([] if _ends_in_return(st.orelse) else rest),
+                                    budget)  # fmt: skip
+            if body is None or other is None:
+                return None
+            out.append(ast.copy_location(ast.If(st.test, body, other), st))
+            return out
+        if _returns_in(st):
+            return None
+        out.append(st)
+    out.append(ast.Assign([ast.Name("_tj_ret", ast.Store())], ast.Constant(None)))
+    return out
+
+
+def _single_return(fn: ast.FunctionDef) -> None:
+    """``fn`` with its early returns from branches (``if r2 > rc2: return 0.0``) as one
+    return at the end, so that the branches only assign and may become selects."""
+    body = fn.body
+    if not any(isinstance(st, ast.If) and _returns_in(st) for st in body):
+        return
+    new = _assign_returns(body, [4 * sum(1 for _ in ast.walk(fn))])
+    if new is None:
+        return
+    ret = ast.Return(ast.Name("_tj_ret", ast.Load()))
+    fn.body = [*new, ast.copy_location(ret, body[-1])]
+    ast.fix_missing_locations(fn)
+
+
 def convert(fn: ast.FunctionDef, locals_: set[str]) -> int:
     """Rewrite ``fn`` in place; returns how many loops and branches were converted. Builtins
     shadowed by the function's own names (``range = ...``) keep the statement as written."""
     if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
         return 0
     cv = Converter(fn, locals_)
-    shadowed = cv.locals & {"range", "enumerate", "zip", "slice"}
-    if shadowed:
+    if cv.locals & _BUILTINS_USED:
         return 0
     cv.visit(fn)
     return cv.count
