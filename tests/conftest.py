@@ -50,3 +50,15 @@ def _private_cache_dir(tmp_path_factory):
         os.environ.pop("TAPEJIT_CACHE_DIR", None)
     else:
         os.environ["TAPEJIT_CACHE_DIR"] = old
+
+
+@pytest.fixture
+def unconverted(monkeypatch):
+    """Loops and branches traced as written (no conversion from the source): for tests of the
+    paths conversion now usually bypasses — guards, re-rolling an unrolled trace."""
+    from tapejit.frontend.loops import loop_source
+
+    monkeypatch.setattr(loop_source, "CONVERT", False)
+    loop_source._rewritten_code.cache_clear()
+    yield
+    loop_source._rewritten_code.cache_clear()

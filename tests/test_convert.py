@@ -526,3 +526,58 @@ def test_a_short_loop_writes_traced_values_into_a_new_numpy_array():
     x = RNG.normal(size=3)
     g = tj.compile(f, x)
     np.testing.assert_allclose(g(x), central(f, x), rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", ["early_return_helper", "max_min", "moving_slice", "nested_def"])
+def test_helpers_builtins_and_slices_in_converted_loops(name):
+    """Forms physicists write in element loops: a pair helper that returns early past a
+    cutoff (a select in the loop body), ``max``/``min`` of two values, flat positions read and
+    written as 3-slices at a traced start, and a helper defined inside the function."""
+    tab = RNG.integers(0, 6, size=(20, 2))
+
+    def cut(r2):
+        if r2 > 4.0:
+            return 0.0
+        return (4.0 - r2) ** 2
+
+    def early_return_helper(x):
+        e = 0.0
+        for s in range(len(tab)):
+            a, b = tab[s]
+            d = x[3 * a : 3 * a + 3] - x[3 * b : 3 * b + 3]
+            e += cut(np.dot(d, d))
+        return e
+
+    def max_min(x):
+        e = 0.0
+        for i in range(len(x)):
+            e += max(x[i], 0.2) * min(x[i], 0.5) + abs(x[i])
+        return e
+
+    def moving_slice(x):
+        F = np.zeros(len(x))
+        for s in range(len(tab)):
+            a, b = tab[s]
+            d = x[3 * a : 3 * a + 3] - x[3 * b : 3 * b + 3]
+            F[3 * a : 3 * a + 3] += d * 0.5
+            F[3 * b : 3 * b + 3] -= d * 0.5
+        return np.sum(F * F)
+
+    def nested_def(x):
+        def term(u, v):
+            if u > v:
+                return (u - v) ** 2
+            return 0.1 * (v - u)
+
+        e = 0.0
+        for s in range(len(tab)):
+            e += term(x[tab[s, 0]], x[tab[s, 1]])
+        return e
+
+    f = locals()[name]
+    x = RNG.normal(size=18)
+    g = tj.compile(f, x, cache=False)
+    assert g.stats["convert"]["loops"] >= 1 and not g.stats["convert"]["kept"]
+    value, grad = g.value_and_grad(x)
+    assert value == pytest.approx(f(x), rel=1e-12)
+    np.testing.assert_allclose(grad, central(f, x), rtol=1e-6, atol=1e-7)

@@ -336,7 +336,7 @@ def clipped_cubes(x):
     return e
 
 
-def test_a_rolled_loop_guard_returns_the_number_of_the_failing_element(tmp_path):
+def test_a_rolled_loop_guard_returns_the_number_of_the_failing_element(tmp_path, unconverted):
     cc = _cc()
     x = np.random.default_rng(8).uniform(0.1, 1.0, 40)
     grad = tj.compile(clipped_cubes, x, cache=False)

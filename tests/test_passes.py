@@ -536,7 +536,7 @@ def test_contiguous_slices_are_views_not_copies():
     _check_plan(joint, prog, [p, x])
 
 
-def test_identical_kernels_are_emitted_once():
+def test_identical_kernels_are_emitted_once(unconverted):
     counts = {}
     for depth in (4, 12):
         f, p, x = _layered(depth)

@@ -55,7 +55,7 @@ def test_an_index_out_of_bounds_still_gets_the_general_error():
         tracing.trace(lambda x: x[0, 5] * 2.0, [np.ones((2, 2))], [0])
 
 
-def test_small_arrays_made_anew_are_one_const_input():
+def test_small_arrays_made_anew_are_one_const_input(unconverted):
     """An array a loop body makes in every iteration (``np.array([1.0, 2.0, 3.0])``) is one
     const input (by value, bit for bit: -0.0 is another), so the iterations are alike and
     re-roll; the values are the loop's."""

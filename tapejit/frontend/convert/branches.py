@@ -24,6 +24,7 @@ from ...core.ir import Node
 from ...core.ops import Op
 from ...core.ops_table import add_at, put, take
 from ..errors import TracingError
+from ..trace_state import BodyTrace, _state
 from ..tracer import Tracer, _build, _wrap, lift
 from . import purity
 from .common import (UNDEFINED, _aliased, _event, _logical, _mask, _note, _own, _read_only,
@@ -71,15 +72,20 @@ def _select(c: Tracer, a: Any, b: Any) -> Any:
 
 
 def if_stmt(test: Any, then: Callable, other: Callable, values: tuple, line: int,
-            inplace: tuple = ()) -> tuple:  # fmt: skip
+            inplace: tuple = (), returns: bool = False) -> tuple:  # fmt: skip
     """``if test: then else: other`` over the names ``values`` (see the module docstring);
-    ``inplace``: ``(output, value)`` positions of the names whose elements a branch writes."""
+    ``inplace``: ``(output, value)`` positions of the names whose elements a branch writes;
+    ``returns``: the branch was an early return (see below)."""
     if test.__class__ is not Tracer or not _tracing():
         try:
             return (then if test else other)(*values)
         except NameError as e:
             raise _unbound(e) from None
     why = purity.why_not(then, other)
+    if returns and not isinstance(_state(), BodyTrace):
+        # an early return (``if c: return a``): a guard where one is possible, as the code
+        # reads — one specialisation per outcome — and a select in a loop body traced once
+        why = "a branch that returns, outside a loop body"
     if not why and any(_aliased(values[k]) or _read_only(values[k]) for _, k in inplace):
         why = "an array a branch writes into is also reachable another way"
     if why:

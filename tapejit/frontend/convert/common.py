@@ -186,6 +186,11 @@ def setitem(base: Any, key: Any, value: Any) -> None:
         base[k] = v[(slice(None),) * axis + (j,)] if np.ndim(v) > axis else v
 
 
+#: The longest slice at a traced start read element by element (``x[3*i : 3*i + 3]``); a
+#: longer one (a layer's weights, ``p[b : b + 64]``) makes its loop run as written.
+MOVING_SLICE = 8
+
+
 def _has_slice_tracer(k: Any) -> bool:
     return k.__class__ is slice and (k.start.__class__ is Tracer or k.stop.__class__ is Tracer)
 
@@ -213,7 +218,7 @@ def _moving_slice(key: Any) -> tuple[list, int] | None:
             length = b.attrs[0]
         elif b is start.node and a.op == Op.CONST and a.shape == ():
             length = a.attrs[0]
-    if length is None or length != int(length) or not 0 <= length <= 64:
+    if length is None or length != int(length) or not 0 <= length <= MOVING_SLICE:
         raise TracingError(
             "a slice whose length follows traced values; write x[s : s + L] with a fixed L, "
             "or read the elements one by one"

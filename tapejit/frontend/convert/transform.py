@@ -371,8 +371,8 @@ class Converter(ast.NodeTransformer):
                                 [*node.orelse, copy.deepcopy(ret)], [], None, None)  # fmt: skip
         inplace = tuple((j, params.index(n)) for j, n in enumerate(outs) if n in written)
         call = _call("_tj_if_stmt", self._test(test), _name(then.name), _name(other.name),
-                     _getters(params), ast.Constant(node.lineno),
-                     ast.Constant(inplace))  # fmt: skip
+                     _getters(params), ast.Constant(node.lineno), ast.Constant(inplace),
+                     ast.Constant(bool(getattr(node, "_tj_returns", False))))  # fmt: skip
         use = ast.Assign([_tuple(outs, ast.Store)], call) if outs else ast.Expr(call)
         return _located([then, other, use], node)
 
@@ -534,7 +534,9 @@ def _assign_returns(stmts: list[ast.stmt], budget: list[int]) -> list[ast.stmt] 
                                     budget)  # fmt: skip
             if body is None or other is None:
                 return None
-            out.append(ast.copy_location(ast.If(st.test, body, other), st))
+            branch = ast.copy_location(ast.If(st.test, body, other), st)
+            branch._tj_returns = True  # (a guard at the top level, a select in a loop body)
+            out.append(branch)
             return out
         if _returns_in(st):
             return None
