@@ -182,6 +182,8 @@ class _Batcher:
         g, spec = body.g, body.spec
         self.n = n
         self.mask = mask
+        self.counter_input = g.inputs[0]
+        self.start = spec.start
         self.memo: dict[int, tuple[Node, bool]] = {id(g.inputs[0]): (counter, True)}
         first = 1 + spec.n_carry + spec.n_xs
         for inp, outer in zip(g.inputs[first:], params):
@@ -267,11 +269,33 @@ class _Batcher:
             (src, sb), (tab, tb) = args
             if sb or not tb:
                 raise _NoRule("a gather from a value computed in the iteration")
-            rows = take(src, ops.reshape(tab, (N * n.args[1].shape[0],)))
+            first = self._counter_offset(n.args[1])
+            if first is not None and 0 <= first and first + N <= src.shape[0]:
+                # x[i + c] over the iterations: rows first, first + 1, ... — a slice, read in order
+                rows = ops.index(src, ((first, first + N, 1),))
+            else:
+                rows = take(src, ops.reshape(tab, (N * n.args[1].shape[0],)))
             return ops.reshape(rows, (N, *n.shape)), True
         if n.op == Op.MATMUL:
             return self._matmul(n, args), True
         raise _NoRule(f"no batching rule for {n.op}")
+
+    def _counter_offset(self, table: Node) -> int | None:
+        """The first row a one-entry table reads when it is the counter plus a whole constant
+        (``x[i]``, ``x[i + 1]``: consecutive rows over the iterations), else ``None``."""
+        if table.shape != (1,):
+            return None
+        t = _strip(table)
+        shift = 0.0
+        if t.op == Op.ADD:
+            a, b = t.args
+            if b.op == Op.CONST and b.shape == ():
+                t, shift = a, b.attrs[0]
+            elif a.op == Op.CONST and a.shape == ():
+                t, shift = b, a.attrs[0]
+        if t is not self.counter_input or shift != int(shift):
+            return None
+        return self.start + int(shift)
 
     def _matmul(self, n: Node, args) -> Node:
         """``a @ b`` per iteration (``a`` 2-D, ``b`` 1-D or 2-D, as the ``matmul`` node has them)
