@@ -581,3 +581,20 @@ def test_helpers_builtins_and_slices_in_converted_loops(name):
     value, grad = g.value_and_grad(x)
     assert value == pytest.approx(f(x), rel=1e-12)
     np.testing.assert_allclose(grad, central(f, x), rtol=1e-6, atol=1e-7)
+
+
+def test_a_lambda_parameter_is_not_a_read_of_the_loop_variable():
+    """``lambda i, c: ...`` after a loop over ``i`` binds its own ``i``: the loop is converted
+    (found by the fuzzer: the lambda's ``i`` was taken for a read after the loop)."""
+
+    def f(x):
+        g = np.zeros(len(x))
+        for i in range(len(x) - 1):
+            g[i] += np.tanh(x[i + 1] - x[i])
+        h = tj.fori_loop(0, 3, lambda i, c: c * 0.8 + i * 0.01, x)
+        return np.sum(g * g) + np.sum(h)
+
+    x = RNG.normal(size=12)
+    g = tj.compile(f, x, cache=False)
+    assert g.stats["convert"]["loops"] == 1 and not g.stats["convert"]["kept"]
+    np.testing.assert_allclose(g(x), central(f, x), rtol=1e-6, atol=1e-8)

@@ -17,10 +17,22 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.
 
 
 def reads(node: ast.AST | None) -> set[str]:
-    """Every name loaded anywhere in ``node`` (nested scopes included)."""
+    """Every name ``node`` loads: its own, and those a nested function, lambda or comprehension
+    in it reads from outside (not the names such a scope binds: ``lambda i: i`` reads no
+    ``i``)."""
     if node is None:
         return set()
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    out: set[str] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if n is not node and isinstance(n, _SCOPES):
+            out |= free_reads(n)
+            continue
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            out.add(n.id)
+        todo.extend(ast.iter_child_nodes(n))
+    return out
 
 
 def _generated_scopes(fn: ast.AST) -> set[int]:
@@ -50,7 +62,27 @@ def free_reads(scope: ast.AST) -> set[str]:
             bound.add(n.id)
         elif isinstance(n, ast.arg):
             bound.add(n.arg)
-    return reads(scope) - bound
+    # evaluated where the scope stands, not in it: defaults, decorators, a class's bases, a
+    # comprehension's first iterable
+    outside: list[ast.AST] = []
+    if isinstance(args, ast.arguments):
+        outside += [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+    outside += [*getattr(scope, "decorator_list", []), *getattr(scope, "bases", [])]
+    gens = getattr(scope, "generators", None)
+    if gens:
+        outside.append(gens[0].iter)
+    skip = {id(n) for n in outside}
+    inner: set[str] = set()
+    todo = list(ast.iter_child_nodes(scope))
+    while todo:
+        c = todo.pop()
+        if id(c) in skip:
+            continue
+        if isinstance(c, (ast.arguments, ast.comprehension)):
+            todo.extend(ast.iter_child_nodes(c))
+            continue
+        inner |= reads(c)
+    return (inner - bound) | set().union(*(reads(n) for n in outside))
 
 
 def target_names(t: ast.AST) -> set[str]:
