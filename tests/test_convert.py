@@ -598,3 +598,21 @@ def test_a_lambda_parameter_is_not_a_read_of_the_loop_variable():
     g = tj.compile(f, x, cache=False)
     assert g.stats["convert"]["loops"] == 1 and not g.stats["convert"]["kept"]
     np.testing.assert_allclose(g(x), central(f, x), rtol=1e-6, atol=1e-8)
+
+
+def test_a_function_calling_np_stack_is_converted():
+    """``np.stack`` is numpy's, not ``inspect.stack`` (frame introspection keeps a function as
+    written): a function using it still has its loops converted (found by the fuzzer)."""
+    tab = np.array([8, 8, 0, 0, 0, 11, 2, 9, 4, 2, 1, 10])
+
+    def f(x):
+        v = np.stack([x, x]).ravel()
+        F = np.zeros(len(v))
+        for t in range(len(tab)):
+            F[tab[t]] += np.sin(v[t % len(v)]) * 0.5
+        return np.sum(F * F)
+
+    x = RNG.normal(size=6)
+    g = tj.compile(f, x, cache=False)
+    assert g.stats["convert"]["loops"] == 1
+    np.testing.assert_allclose(g(x), central(f, x), rtol=1e-6, atol=1e-8)

@@ -278,7 +278,9 @@ def _rewritten_code(code: types.CodeType, source: str, modules: frozenset,
         return None
     if any(n.startswith("_tj_") for n in _names(fn)) or _names(fn) & _INTROSPECTION:
         return None
-    if any(isinstance(n, ast.Attribute) and n.attr in _FRAME_ATTRIBUTES for n in ast.walk(fn)):
+    if any(isinstance(n, ast.Attribute) and n.attr in _FRAME_ATTRIBUTES
+           and not (isinstance(n.value, ast.Name) and n.value.id in modules)  # np.stack
+           for n in ast.walk(fn)):  # fmt: skip
         return None
     f_locals = set(code.co_varnames) | set(code.co_cellvars) | set(code.co_freevars)
     skips = _SplitSkips(fn)
