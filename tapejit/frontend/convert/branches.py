@@ -175,10 +175,9 @@ def _unmask(v: Any, values: tuple, c: Tracer) -> Any:
     return v
 
 
-def ifexp(test: Any, then: Callable, other: Callable, values: tuple) -> Any:
-    """``then(...) if test else other(...)`` — a select when ``test`` is traced."""
-    if test.__class__ is not Tracer or not _tracing():
-        return (then if test else other)(*values)
+def ifexp(test: Any, then: Callable, other: Callable, values: tuple, line: int) -> Any:
+    """``then(...) if test else other(...)``: :func:`if_stmt` of one value."""
+    return if_stmt(test, lambda *v: (then(*v),), lambda *v: (other(*v),), values, line)[0]
     if purity.why_not(then, other):
         return (then if test else other)(*values)
     c = _logical(test)

@@ -316,7 +316,7 @@ class Converter(ast.NodeTransformer):
         names = sorted((reads(node.body) | reads(node.orelse)) & self.locals)
         fn = lambda e: ast.Lambda(_args(names), e)  # noqa: E731
         call = _call("_tj_ifexp", self._test(node.test), fn(node.body), fn(node.orelse),
-                     _getters(names))  # fmt: skip
+                     _getters(names), ast.Constant(node.lineno))  # fmt: skip
         return ast.copy_location(call, node)
 
     # -- branches ---------------------------------------------------------------------------
