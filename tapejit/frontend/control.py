@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import TracingError, _fail
+from .errors import TracingError, _IndexOutOfRange, _fail
 from .trace_state import BodyTrace, _current, _state, _values, max_steps_check
 from .tracer import Tracer, _build, _wrap, add_fixed, dynamic_length, lift
 from ..ad import autodiff
@@ -291,6 +291,10 @@ def _counted_loop(step: Callable, init: Any, xs: list, n: int, k: int, **kw) -> 
     for count, site in zip(counts, sites):
         if count.node.op != Op.CONST:
             dynamic_index.check(ops.make(Op.GT, count.node, ops.const(0.0)), site)
+        elif count.node.attrs[0] > 0:  # known when compiling (a nest's constant positions)
+            where = site[len("tapejit: "):] if site.startswith("tapejit: ") else site
+            raise _IndexOutOfRange(f"{where}: out of bounds in {count.node.attrs[0]:.0f} "
+                                   "iterations, whatever the input")  # fmt: skip
     return carry, ys
 
 
@@ -356,6 +360,68 @@ def _finish(st: BodyTrace, outputs: list[Node], params: list[Tracer], name: str)
             mapping[id(old)] = node
     outs = substitute(tuple(outputs), mapping)
     return Graph(name, tuple(inputs), ("inactive",) * len(inputs), outs)
+
+
+class _Constants:
+    """The enclosing trace's side of :class:`tapejit.passes.vectorise.Constants`: captured
+    tables, and the values of nodes computed from constants only (a flattened nest's inner
+    trip counts): a node reading an argument, a loop's counter or carry is not one."""
+
+    def __init__(self):
+        self._known: dict[int, bool] = {}
+
+    def array(self, a: np.ndarray) -> Node:
+        t = lift(a)
+        _values.setdefault(id(t.node), (t.node, t.value))
+        return t.node
+
+    def value(self, n: Node) -> np.ndarray | None:
+        if not self._constant(n):
+            return None
+        return np.asarray(_wrap(n).value)
+
+    def _constant(self, n: Node) -> bool:
+        known = self._known
+        stack = [n]
+        while stack:
+            top = stack[-1]
+            if id(top) in known:
+                stack.pop()
+                continue
+            if top.op == Op.INPUT:
+                src = self._source(top)
+                if src is None or src is top:
+                    known[id(top)] = src is top
+                    stack.pop()
+                elif id(src) in known:
+                    known[id(top)] = known[id(src)]
+                    stack.pop()
+                else:
+                    stack.append(src)
+                continue
+            pending = [a for a in top.args if id(a) not in known]
+            if pending:
+                stack.extend(pending)
+                continue
+            stack.pop()
+            known[id(top)] = all(known[id(a)] for a in top.args)
+        return known[id(n)]
+
+    @staticmethod
+    def _source(n: Node) -> Node | None:
+        """For an input of a trace: itself when it is a captured constant, the enclosing
+        value it stands for when it is a loop body's param, else ``None``."""
+        for st in reversed(_current.items):
+            k = n.attrs[0]
+            if k < len(st.inputs) and st.inputs[k] is n:
+                if st.kinds[k] == "const":
+                    return n
+                if isinstance(st, BodyTrace):
+                    for p, inp in zip(st.params, st.param_inputs):
+                        if inp is n:
+                            return p.node
+                return None
+        return None
 
 
 def _loop(
@@ -481,7 +547,7 @@ def _loop(
         node = ops.make(Op.LOOP, *(t.node for t in args), attrs=(plain,))
         counter = lift(np.arange(start, start + n, dtype=np.float64))
         _values.setdefault(id(counter.node), (counter.node, counter.value))
-        vec = loop_vectorise.vectorise(node, counter.node)
+        vec = loop_vectorise.vectorise(node, counter.node, _Constants())
         if vec is not None:
             if isinstance(vectorise, dict):  # the caller asked to be told
                 vectorise["vectorised"] = True

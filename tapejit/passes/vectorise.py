@@ -20,9 +20,15 @@ reads a carry, or an op without a batching rule here stays a loop: :func:`vector
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Protocol
+
+import numpy as np
+
 from ..core import ops
 from ..core.ops_table import add_at, put, take
-from ..core.ir import Node
+from ..core.ir import Graph, Node, substitute
+from ..core.loop_spec import loop_layout
 from ..core.ops import Op
 
 #: Ops batched by rebuilding them on batched operands (numpy broadcasting aligns the batch
@@ -41,6 +47,23 @@ MAX_ROW = 64
 
 #: Whether loops with a traced trip count are batched (masked past the count).
 DYNAMIC = False
+
+#: The most iterations a nest of loops is flattened into (pairs ``i < j`` of a pair loop): the
+#: tables of the flattened iteration space (float64 positions, captured with the code) are this
+#: long — 4 Mi pairs, 32 MiB a table, about N = 2900 atoms of an all-pairs loop; a larger nest
+#: stays a loop of loops.
+MAX_FLAT = 1 << 22
+
+
+class Constants(Protocol):
+    """What batching a nest of loops needs of the enclosing trace (given by the tracer)."""
+
+    def array(self, a: np.ndarray) -> Node:
+        """A node holding the captured array ``a`` (a table of the flattened iteration space)."""
+
+    def value(self, n: Node) -> np.ndarray | None:
+        """The value of ``n`` when it is known when compiling (computed from constants and
+        captured arrays only), else ``None``."""
 
 
 def _strip(n: Node) -> Node:
@@ -84,7 +107,9 @@ class _Body:
 
 def _accumulation(body: _Body, k: int):
     """How carry ``k`` is updated: ``("same",)``, ``("sum", [(sign, term), ...])`` or
-    ``("scatter", [(table, rows, sign), ...])`` (first write first); ``None`` otherwise."""
+    ``("scatter", [(table, rows, sign, flat), ...])`` (first write first; ``flat``: the table
+    holds element positions into the carry viewed flat, rows one element each, as
+    ``g[j, 0] += v`` adds); ``None`` otherwise."""
     cin, out = body.carry_in[k], body.g.outputs[k]
     if out is cin:
         return ("same",)
@@ -96,10 +121,17 @@ def _accumulation(body: _Body, k: int):
         prev, table, rows = n.args
         if body.reads_carry(table):
             return None
-        if n.op == Op.ADD_AT:
+        if n.op == Op.PUT and _strip(rows).op == Op.TAKE and _strip(rows).args[0] is prev \
+                and _strip(rows).args[1] is table and rows.type == _strip(rows).type:
+            pass  # a row written back as it is (``F[i] += f`` stores F[i] again): no change
+        elif n.op == Op.ADD_AT:
             if body.reads_carry(rows):
                 return None
-            links.append((table, rows, 1.0))
+            links.append((table, rows, 1.0, False))
+        elif (elems := _element_increments(rows, prev, table)) is not None:
+            if any(body.reads_carry(v) for _, v, _, _ in elems):
+                return None
+            links += elems[::-1]
         else:
             inc = _increment(rows, prev, table)
             if inc is None and prev is cin and not links and _at_counter(body, table):
@@ -111,11 +143,49 @@ def _accumulation(body: _Body, k: int):
             u = inc[0]
             if u.type.size != rows.type.size:
                 return None
-            links.append((table, ops.reshape(u, rows.shape) if u.shape != rows.shape else u, inc[1]))
+            u = ops.reshape(u, rows.shape) if u.shape != rows.shape else u
+            links.append((table, u, inc[1], False))
         n = prev
     if n is cin and links:
         return ("scatter", links[::-1])
     return None
+
+
+def _element_increments(rows: Node, prev: Node, table: Node) -> list | None:
+    """The links ``(flat table, value, +1.0, True)`` when ``rows`` (a ``put``'s one row at
+    ``table``) is that row of ``prev`` with single elements added to
+    (``g[j, 0] += v; g[j, 2] -= w`` traces to ``scatter_add``s into the row read), first
+    write first; ``None`` otherwise. Each becomes an addition at the element's flat position
+    (``j * width + k``): the other elements are not touched (not even by ``+ 0.0``)."""
+    if table.shape != (1,) or prev.ndim < 2:
+        return None
+    row_shape = prev.shape[1:]
+    width = prev.type.size // prev.shape[0]
+    out = []
+    n = _strip(rows)
+    while n.op == Op.SCATTER_ADD:
+        items = n.attrs
+        if len(items) != len(row_shape) or not all(isinstance(k, int) for k in items):
+            return None
+        try:
+            off = int(np.ravel_multi_index(tuple(k % d for k, d in zip(items, row_shape)), row_shape))
+        except ValueError:
+            return None
+        flat = ops.add(ops.mul(table, ops.const(float(width))), ops.const(float(off)))
+        out.append((flat, ops.reshape(n.args[1], (1,)), 1.0, True))
+        n = _strip(n.args[0])
+    if not out or n.op != Op.TAKE or n.args[0] is not prev or n.args[1] is not table:
+        return None
+    return out[::-1]
+
+
+def _add_link(acc: Node, t: Node, r: Node, flat: bool) -> Node:
+    """``add_at(acc, t, r)``; for a ``flat`` link, into ``acc`` viewed as one axis."""
+    if not flat:
+        return add_at(acc, t, r)
+    size = acc.type.size
+    return ops.reshape(add_at(ops.reshape(acc, (size,)), t, ops.reshape(r, (r.type.size,))),
+                       acc.shape)  # fmt: skip
 
 
 def _delta(body: _Body, o: Node, cin: Node) -> Node | None:
@@ -166,6 +236,77 @@ def _delta_one(body: _Body, o: Node, cin: Node, memo: dict) -> Node | None:
     return None
 
 
+def _inner_plans(spec) -> tuple[_Body, list] | None:
+    """The body (its own inner loops split, :func:`_split_loops`) and accumulation plans of
+    an inner loop ``spec`` whose carries are all sums or left alone (what
+    :func:`_split_loops` and the batcher's loop rule handle), else ``None``."""
+    if spec.cond is not None or spec.n_xs or spec.history or spec.accumulate or spec.reverse:
+        return None
+    split = _split_loops(spec.body)
+    inner = _Body(spec if split is spec.body else _replace_body(spec, split))
+    plans = [_accumulation(inner, k) for k in range(spec.n_carry)]
+    if any(p is None or p[0] not in ("same", "sum", "scatter") for p in plans):
+        return None
+    return inner, plans
+
+
+def _split_loops(g: Graph) -> Graph:
+    """``g`` (a loop body) with each carry result of an inner loop whose carries are sums
+    (``for j in ...: e += term(i, j)``) written as ``init + S``: ``init`` the carry the inner
+    loop starts from, ``S`` the same loop's result started from zero. ``S`` no longer reads the
+    outer loop's carries through ``init``, so the outer loop's sums see ``e + S`` (a term of
+    the counter) and the nest batches as one iteration space (the batcher's loop rule). The
+    additions are reassociated, as any batched sum's. Other inner loops are left as they are."""
+    mapping: dict[int, Node] = {}
+    zeroed: dict[int, tuple[Node, list] | None] = {}  # id(loop) -> (loop from zero, plans)
+    parts: dict[int, tuple[Node, Node | None, tuple]] = {}  # id(index) -> (init, S flat, shape)
+    for n in g.nodes:  # topological: a segment's index before its reshape
+        if n.op == Op.RESHAPE and id(n.args[0]) in parts:
+            init, part, shape = parts[id(n.args[0])]
+            if n.shape == shape:  # the carry in its own shape: init + S, shapes kept
+                mapping[id(n)] = init if part is None else ops.add(init, ops.reshape(part, shape))
+            continue
+        if n.op != Op.INDEX or n.args[0].op != Op.LOOP:
+            continue
+        loop = n.args[0]
+        spec = loop.attrs[0]
+        lead = 1 if spec.dynamic else 0
+        if id(loop) not in zeroed:
+            hit = _inner_plans(spec)
+            if hit is None:
+                zeroed[id(loop)] = None
+            else:
+                args = list(loop.args)
+                for k in range(spec.n_carry):
+                    args[lead + k] = ops.const(0.0, args[lead + k].shape)
+                zeroed[id(loop)] = (ops.make(Op.LOOP, *args, attrs=loop.attrs), hit[1])
+        hit = zeroed[id(loop)]
+        if hit is None:
+            continue
+        z, plans = hit
+        for k, seg in enumerate(loop_layout(spec).carries):
+            if n.attrs == ((seg.offset, seg.offset + seg.size, 1),):
+                init = loop.args[lead + k]
+                part = None if plans[k][0] == "same" else ops.index(z, n.attrs)
+                parts[id(n)] = (init, part, seg.shape)
+                flat_init = ops.reshape(init, (seg.size,))
+                mapping[id(n)] = flat_init if part is None else ops.add(flat_init, part)
+                break
+    if not mapping:
+        return g
+    return g.replace(outputs=substitute(g.outputs, mapping))
+
+
+def _replace_body(spec, body: Graph):
+    return replace(spec, body=body, vjp=None, _repr=[])
+
+
+def _is_zero(n: Node) -> bool:
+    """Whether ``n`` is the constant ``+0.0`` (adding it changes nothing, even to ``-0.0``
+    sums: the sums it starts are added from ``+0.0`` too)."""
+    return n.op == Op.CONST and n.attrs[0] == 0.0 and not np.signbit(n.attrs[0])
+
+
 def _at_counter(body: _Body, table: Node) -> bool:
     """Whether a one-entry table is the counter itself (``y[i] = ...``, the position proved in
     range): every iteration then writes a row of its own."""
@@ -177,17 +318,22 @@ class _Batcher:
     """Values of the body with a leading axis of ``n`` iterations (``None`` when a value does
     not vary with the iteration); builds outer-trace nodes."""
 
-    def __init__(self, body: _Body, n: int, counter: Node, params: list[Node],
-                 mask: Node | None = None):  # fmt: skip
+    def __init__(self, body: _Body, n: int, counter: Node, params: list,
+                 mask: Node | None = None, consts: Constants | None = None):  # fmt: skip
         g, spec = body.g, body.spec
         self.n = n
         self.mask = mask
+        self.consts = consts
+        #: id(inner loop) -> {offset of a carry: its batched value, (n, size)}
+        self.loops: dict[int, dict[int, Node]] = {}
+        #: (id(inner loop), offset of a carry) -> its scatter-add links over every iteration
+        self.scatters: dict[tuple[int, int], list] = {}
         self.counter_input = g.inputs[0]
         self.start = spec.start
         self.memo: dict[int, tuple[Node, bool]] = {id(g.inputs[0]): (counter, True)}
         first = 1 + spec.n_carry + spec.n_xs
-        for inp, outer in zip(g.inputs[first:], params):
-            self.memo[id(inp)] = (outer, False)
+        for inp, outer in zip(g.inputs[first:], params):  # a pair: (node, batched)
+            self.memo[id(inp)] = outer if isinstance(outer, tuple) else (outer, False)
 
     def value(self, n: Node) -> tuple[Node, bool]:
         hit = self.memo.get(id(n))
@@ -222,6 +368,14 @@ class _Batcher:
             raise _NoRule("a carry read by a term")
         if n.op == Op.CONST:
             return n, False
+        if n.op == Op.LOOP:
+            return self._inner_loop(n)
+        if n.op == Op.INDEX and n.args[0].op == Op.LOOP:
+            part = self.loops.get(id(n.args[0]), {})
+            off = n.attrs[0][0] if len(n.attrs) == 1 and isinstance(n.attrs[0], tuple) else None
+            if off not in part or n.attrs[0] != (off, off + n.type.size, 1):
+                raise _NoRule("a part of an inner loop's result other than a carry")
+            return part[off], True
         args = [self.memo[id(a)] for a in n.args]
         if not any(b for _, b in args):
             return ops.make(n.op, *(a for a, _ in args), attrs=n.attrs), False
@@ -269,6 +423,9 @@ class _Batcher:
             (src, sb), (tab, tb) = args
             if sb or not tb:
                 raise _NoRule("a gather from a value computed in the iteration")
+            # a table computed from constants (the clamped positions of a flattened nest):
+            # one captured table, its entries checked as any table's are
+            tab = self.fold(tab, rows=src.shape[0])
             first = self._counter_offset(n.args[1])
             if first is not None and 0 <= first and first + N <= src.shape[0]:
                 # x[i + c] over the iterations: rows first, first + 1, ... — a slice, read in order
@@ -279,6 +436,139 @@ class _Batcher:
         if n.op == Op.MATMUL:
             return self._matmul(n, args), True
         raise _NoRule(f"no batching rule for {n.op}")
+
+    def fold(self, n: Node, rows: int | None = None) -> Node:
+        """``n`` as a constant (a captured array) when its value is known when compiling and
+        it is not a constant already: tables of a flattened nest, index checks on them. A
+        table into ``rows`` rows is folded only when every entry is a row (whole, in range)."""
+        if self.consts is None or n.op in (Op.CONST, Op.INPUT):
+            return n
+        v = self.consts.value(n)
+        if v is None or v.size == 0:
+            return n
+        if rows is not None and not (np.all(v == np.floor(v)) and v.min() >= 0 and v.max() < rows):
+            return n
+        first = v.reshape(-1)[0]
+        if np.all(v == first) and (n.dtype == "bool" or np.all(np.signbit(v) == np.signbit(first))):
+            return ops.const(first.item(), n.shape, dtype=n.dtype)  # one value throughout
+        return self.consts.array(v.astype(np.float64)) if n.dtype == "f64" else n
+
+    def scatter_link(self, link: tuple, shape: tuple) -> tuple:
+        """A scatter-add link of the body (``(table, rows, sign, flat)``, one iteration's)
+        into a carry of ``shape``, over every iteration: ``(positions (n * T,), rows (n * T,
+        ...), sign, flat)``."""
+        table, rows, sign, flat = link
+        N = self.n
+        t, tb = self.value(table)
+        r, rb = self.value(rows)
+        if self.mask is not None:
+            r, rb = self.masked_rows(r, rb, rows.shape, zero=True), True
+        T = table.shape[0]
+        t = ops.reshape(t if tb else ops.broadcast_to(t, (N, T)), (N * T,))
+        r = r if rb else ops.broadcast_to(r, (N, *rows.shape))
+        bound = int(np.prod(shape)) if flat else shape[0]
+        return self.fold(t, rows=bound), ops.reshape(r, (N * T, *rows.shape[1:])), sign, flat
+
+    def scatter_part(self, term: Node) -> list | None:
+        """The scatter-add links of ``term`` when it is an inner loop's scatter-added carry
+        (up to reshapes and ``0.0 + ...``; see :meth:`_inner_loop`), else ``None``."""
+        s = _strip(term)
+        while s.op == Op.ADD and (_is_zero(s.args[0]) or _is_zero(s.args[1])):
+            s = _strip(s.args[1] if _is_zero(s.args[0]) else s.args[0])
+        if s.op != Op.INDEX or s.args[0].op != Op.LOOP or len(s.attrs) != 1:
+            return None
+        self.value(s.args[0])  # flattens the inner loop
+        return self.scatters.get((id(s.args[0]), s.attrs[0][0]))
+
+    def _rows_at(self, p: Node, t_tab: Node, P: int) -> Node:
+        """Rows ``t_tab`` of ``p`` (batched, ``(n, ...)``): of a gather ``take(src, tab)``, one
+        gather ``take(src, tab[t_tab])`` — no per-row copy, and its adjoint adds into ``src``
+        directly."""
+        s = _strip(p)
+        if s.op == Op.TAKE and s.args[1].shape == (self.n,) and s.type.size == p.type.size:
+            src, tab = s.args
+            rows = take(src, self.fold(take(tab, t_tab)))
+            return ops.reshape(rows, (P, *p.shape[1:]))
+        return take(p, t_tab)
+
+    def _inner_loop(self, loop: Node) -> tuple[Node, bool]:
+        """An inner loop (its carries sums, or left alone) batched over this loop's ``n``
+        iterations: the nest is flattened into one iteration space of every pair ``(t, k)``,
+        ``k`` below the inner trip count at iteration ``t`` — which must be known when
+        compiling (a triangular ``for j in range(i + 1, n)``) — with tables of ``t`` and of the
+        inner counter; the inner body is batched over that space, its params gathered from
+        this loop's rows at ``t``, and each sum is added per ``t`` (``add_at`` by the ``t``
+        table). Returns a placeholder; the carries' values are in :attr:`loops`."""
+        spec = loop.attrs[0]
+        hit = _inner_plans(spec)
+        if hit is None or self.consts is None or self.mask is not None:
+            raise _NoRule("an inner loop that is not a loop of sums")
+        inner, plans = hit
+        N = self.n
+        lead = 1 if spec.dynamic else 0
+        vals = [self.memo[id(a)] for a in loop.args]
+        if spec.dynamic:
+            steps, sb = vals[0]
+            known = self.consts.value(steps)
+            if known is None:
+                raise _NoRule("an inner loop whose trip count is not known when compiling")
+            counts = np.broadcast_to(np.asarray(known, dtype=np.float64).reshape(
+                (N,) if sb else ()), (N,))  # fmt: skip
+            if not np.all(np.isfinite(counts)):
+                raise _NoRule("an inner trip count that is not finite")
+            counts = np.clip(np.ceil(counts), 0, spec.max_steps).astype(np.int64)
+        else:
+            counts = np.full(N, spec.max_steps, dtype=np.int64)
+        P = int(counts.sum())
+        if P > MAX_FLAT:
+            raise _NoRule(f"a nest of more than {MAX_FLAT} iterations")
+        t_of = np.repeat(np.arange(N, dtype=np.float64), counts)
+        first = np.repeat(np.cumsum(counts) - counts, counts)
+        k_of = np.arange(P, dtype=np.float64) - first + spec.start
+        t_tab = self.consts.array(t_of) if P else None
+        params = []
+        for p, pb in vals[lead + spec.n_carry :]:
+            params.append((self._rows_at(p, t_tab, P), True) if pb and P else (p, False))
+        counter = self.consts.array(k_of) if P else None
+        sub = _Batcher(inner, P, counter, params, consts=self.consts) if P else None
+        parts: dict[int, Node] = {}
+        for k, (plan, seg) in enumerate(zip(plans, loop_layout(spec).carries)):
+            init, ib = vals[lead + k]
+            shape = seg.shape
+            total, links = None, []
+            if plan[0] == "scatter" and sub is not None:
+                links = [sub.scatter_link(link, shape) for link in plan[1]]
+            elif plan[0] == "sum" and sub is not None:
+                for sign, term in plan[1]:
+                    inner_links = sub.scatter_part(term)
+                    if inner_links is not None:  # a scatter-add of a loop nested deeper
+                        links += [(t, r, sign * sg, fl) for t, r, sg, fl in inner_links]
+                        continue
+                    v, vb = sub.value(term)
+                    if vb:
+                        per = add_at(ops.const(0.0, (N, *shape)), t_tab, v)
+                    else:  # the same term in every inner iteration: counts times it
+                        c = self.consts.array(counts.astype(np.float64).reshape(
+                            (N, *([1] * len(shape)))))  # fmt: skip
+                        per = ops.mul(ops.broadcast_to(v, (N, *shape)), c)
+                    if total is None:
+                        total = per if sign > 0 else ops.neg(per)
+                    else:
+                        total = ops.add(total, per) if sign > 0 else ops.sub(total, per)
+            if links:
+                if total is not None or not _is_zero(init):
+                    raise _NoRule("an inner loop's scatter-adds mixed with other terms")
+                self.scatters[(id(loop), seg.offset)] = links  # read by scatter_part
+                continue
+            if total is None:
+                value = init if ib else ops.broadcast_to(init, (N, *shape))
+            elif _is_zero(init):
+                value = total
+            else:
+                value = ops.add(init if ib else ops.broadcast_to(init, (N, *shape)), total)
+            parts[seg.offset] = self.fold(ops.reshape(value, (N, seg.size)))
+        self.loops[id(loop)] = parts
+        return loop, True
 
     def _counter_offset(self, table: Node) -> int | None:
         """The first row a one-entry table reads when it is the counter plus a whole constant
@@ -327,16 +617,37 @@ class _Batcher:
         return ops.transpose(prod, (0, 2, 1))
 
 
-def vectorise(loop: Node, counter: Node) -> list[Node] | None:
+def _total(v: Node, axis_len: int) -> Node:
+    """``reduce_sum(v, 0)`` of batched ``v``; of a flattened inner loop's per-iteration sums
+    (``add_at`` of a zero array of ``axis_len`` rows, up to reshapes and ``0.0 + ...``), the
+    sum of what was added, without the per-iteration array."""
+    s = _strip(v)
+    while s.op == Op.ADD and (_is_zero(s.args[0]) or _is_zero(s.args[1])):
+        s = _strip(s.args[1] if _is_zero(s.args[0]) else s.args[0])
+    if (s.op == Op.ADD_AT and _is_zero(_strip(s.args[0])) and s.shape[0] == axis_len
+            and s.type.size == v.type.size):  # fmt: skip
+        w = s.args[2]
+        total = ops.reduce(Op.REDUCE_SUM, w, (0,))
+        return total if total.shape == v.shape[1:] else ops.reshape(total, v.shape[1:])
+    return ops.reduce(Op.REDUCE_SUM, v, (0,))
+
+
+def vectorise(loop: Node, counter: Node, consts: Constants | None = None) -> list[Node] | None:
     """The final carries of ``loop`` (a ``loop`` node of a counted loop without xs, ys or a
     condition) computed as array code, or ``None`` when it is not a loop of independent
     iterations (see the module docstring). The nodes are built on ``loop``'s operands;
-    ``counter`` holds the counter's values, ``start, start + 1, ...`` (shape ``(n,)``)."""
+    ``counter`` holds the counter's values, ``start, start + 1, ...`` (shape ``(n,)``).
+    ``consts`` (the tracer's) lets a body's inner loops of sums be flattened with the outer
+    loop into one iteration space (see :meth:`_Batcher._inner_loop`)."""
     spec = loop.attrs[0]
     if spec.cond is not None or spec.n_xs or spec.history or spec.accumulate:
         return None
     if spec.reverse or spec.max_steps < 1:
         return None
+    if consts is not None:
+        split = _split_loops(spec.body)
+        if split is not spec.body:
+            spec = _replace_body(spec, split)
     body = _Body(spec)
     plans = []
     for k in range(spec.n_carry):
@@ -352,7 +663,7 @@ def vectorise(loop: Node, counter: Node) -> list[Node] | None:
     if spec.dynamic:  # iterations past the traced count: computed, then masked out
         t = ops.sub(counter, ops.const(float(spec.start)))
         mask = ops.make(Op.LT, t, loop.args[0])
-    b = _Batcher(body, N, counter, params, mask)
+    b = _Batcher(body, N, counter, params, mask, consts)
     out = []
     try:
         for c0, plan in zip(carries, plans):
@@ -368,26 +679,22 @@ def vectorise(loop: Node, counter: Node) -> list[Node] | None:
             elif plan[0] == "sum":
                 total = c0
                 for sign, term in plan[1]:
+                    links = b.scatter_part(term)
+                    if links is not None and mask is None:  # a nest's scatter-adds
+                        for t, r, sg, flat in links:
+                            total = _add_link(total, t, r if sg * sign > 0 else ops.neg(r), flat)
+                        continue
                     v, vb = b.value(term)
                     if mask is not None:
                         v, vb = b.masked_rows(v, vb, term.shape, zero=True), True
-                    s = ops.reduce(Op.REDUCE_SUM, v, (0,)) if vb else ops.mul(v, ops.const(float(N)))
+                    s = _total(v, N) if vb else ops.mul(v, ops.const(float(N)))
                     total = ops.add(total, s) if sign > 0 else ops.sub(total, s)
-                out.append(total)
+                out.append(b.fold(total))  # an index check's count of a nest: zero
             else:
                 acc = c0
-                for table, rows, sign in plan[1]:
-                    t, tb = b.value(table)
-                    r, rb = b.value(rows)
-                    T = table.shape[0]
-                    t = ops.reshape(t if tb else ops.broadcast_to(t, (N, T)), (N * T,))
-                    r = r if rb else ops.broadcast_to(r, (N, *rows.shape))
-                    if mask is not None:
-                        r = b.masked_rows(r, True, rows.shape, zero=True)
-                    r = ops.reshape(r, (N * T, *rows.shape[1:]))
-                    if sign < 0:
-                        r = ops.neg(r)
-                    acc = add_at(acc, t, r)
+                for link in plan[1]:
+                    t, r, sign, flat = b.scatter_link(link, c0.shape)
+                    acc = _add_link(acc, t, r if sign > 0 else ops.neg(r), flat)
                 out.append(acc)
     except (_NoRule, ValueError, TypeError):
         return None

@@ -94,9 +94,14 @@ def load_function(target: str):
         raise FileNotFoundError(f"no such file: {path}")
     spec = importlib.util.spec_from_file_location(f"_tapejit_target_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
+    # registered while it runs, as an import is: a dataclass (or pickle) looks its module up
+    sys.modules[spec.name] = module
     sys.path.insert(0, str(file.parent.resolve()))
     try:
         spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(spec.name, None)
+        raise
     finally:
         sys.path.pop(0)
     fn = getattr(module, name, None)

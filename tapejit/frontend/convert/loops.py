@@ -97,12 +97,24 @@ def _row(x: Any, k: Tracer) -> Any:
     return getitem(x, k)
 
 
+def _few(it: Any) -> bool:
+    """Whether ``it`` is a range of fewer than :data:`MIN_TRIPS` iterations (run as written
+    without a note)."""
+    try:
+        return type(it) is range and len(it) < MIN_TRIPS
+    except OverflowError:  # longer than an index can count
+        return False
+
+
 def _plan(it: Any):
     """``(n, start, item, steps)`` for a loop to convert over ``it``, or a reason why not: the
     trip count (a bound, with ``steps`` the traced count), the first counter value, and the
     loop's item as a function of the counter."""
     if type(it) is range:
-        n = len(it)
+        try:
+            n = len(it)
+        except OverflowError:  # more than sys.maxsize iterations: as written (an error soon)
+            return "a range of more iterations than an index can count"
         if n < MIN_TRIPS:
             return f"fewer than {MIN_TRIPS} iterations"
         if it.step == 1:
@@ -192,7 +204,7 @@ def for_stmt(it: Any, body: Callable, values: tuple, line: int, inplace: tuple =
         return _python(it, body, values)
     plan = _plan(it)
     if isinstance(plan, str):
-        if not (type(it) is range and len(it) < MIN_TRIPS):
+        if not _few(it):
             _note(line, plan)
         return _python(it, body, _traced_writes(values, inplace))
     bad = [k for k, v in enumerate(values) if not _carriable(v)]

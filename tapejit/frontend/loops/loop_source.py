@@ -93,6 +93,13 @@ class _Rewriter(ast.NodeTransformer):
         if self.handlers or node.orelse or not isinstance(node.target, ast.Name):
             return node
         if any(isinstance(n, (ast.For, ast.While)) for st in node.body for n in ast.walk(st)):
+            if CONVERT:
+                # a nest is left as written, inner loops too, for conversion: converted, each
+                # body is traced once and a nest of sums and scatter-adds is flattened into
+                # one iteration space (tapejit/passes/vectorise.py), in constant time, where
+                # capturing traces rows and builds the others (growing with the rows)
+                self.count = count
+                return original
             if self.count > count:  # inner loops rewritten: a nest of two levels?
                 return self._nest(original, node, self.count - count)
             return node
@@ -156,7 +163,8 @@ class _Rewriter(ast.NodeTransformer):
         an inner capturable loop guarantees: the outer body with the inner loop's body in its
         place is capturable code for the outer variable (it appears only in affine element
         reads and in the inner range's bounds, never as a number), and it writes no array.
-        The node as rewritten by the inner loop's capture when it is not such a nest."""
+        The node as rewritten by the inner loop's capture when it is not such a nest.
+        (Only with conversion off: :meth:`visit_For` leaves nests to conversion.)"""
         try:
             loop, ranges = _nest_loop(original, self.modules, self.f_locals, self.pure)
         except _NotCapturable:
