@@ -25,6 +25,15 @@ from tapejit.frontend.loops import loop_source
 from tapejit.frontend.tracing import trace
 
 RNG = np.random.default_rng(20261207)
+
+
+@pytest.fixture(autouse=True)
+def converted_nests(monkeypatch):
+    """Every nest converted (and flattened), also those the capture would take."""
+    monkeypatch.setattr(loop_source, "NEST_CAPTURE", False)
+    loop_source._rewritten_code.cache_clear()
+    yield
+    loop_source._rewritten_code.cache_clear()
 RC2 = 2.5**2
 
 

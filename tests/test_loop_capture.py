@@ -402,7 +402,6 @@ def pairs(pos):
     return e
 
 
-@pytest.mark.usefixtures("unconverted")  # the capture of a nest: conversion off
 def test_triangular_pair_loop():
     """A nest (tapejit/frontend/loops/loop_source.py ``_nest``, loop_capture.run_nest): the first
     ROWS_TRACED rows are traced, each capturing its inner loop; the other rows whose inner
@@ -466,7 +465,6 @@ def nest_of_growing_rows(x):
     [(nest_with_the_row_as_a_number, False), (nest_of_a_product, False),
      (nest_of_growing_rows, True)],  # (growing: the rows from the 8th on, built)
 )  # fmt: skip
-@pytest.mark.usefixtures("unconverted")  # the capture of a nest: conversion off
 def test_nests_built_or_not_stay_exact(f, nest):
     g = against_unrolled(f, RNG.random(26), rtol=1e-10)
     assert any(x.op == "window" for x in g.nodes) == nest
@@ -514,7 +512,6 @@ def branching(a):
     return a * a
 
 
-@pytest.mark.usefixtures("unconverted")  # the capture of a nest: conversion off
 def test_pure_helpers():
     n = 20
     pos = np.stack(np.meshgrid(*[np.arange(3)] * 3, indexing="ij"), -1).reshape(-1, 3)[:n]
@@ -1251,7 +1248,6 @@ def skip_variable_read_after(x):
 
 
 @pytest.mark.parametrize("f", [all_pairs_continue, skip_outside_the_range, skip_variable_read_after])
-@pytest.mark.usefixtures("unconverted")  # the capture of a nest: conversion off
 def test_skips_of_the_diagonal(f):
     g = against_unrolled(f, RNG.random(40), rtol=1e-10)
     built = any(x.op == "window" for x in g.nodes)

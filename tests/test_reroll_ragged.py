@@ -147,12 +147,15 @@ def check(f, *xs, capture=False):
     gradients as the unrolled trace (interpreter), compiled against central differences.
     Returns the re-rolling statistics and the re-rolled trace."""
     argnums = list(range(len(xs)))
-    saved = loop_source.ENABLED
-    loop_source.ENABLED = capture
+    saved = loop_source.ENABLED, loop_source.CONVERT
+    # captured as written, not converted (conversion takes nests from capture)
+    loop_source.ENABLED, loop_source.CONVERT = capture, False
+    loop_source._rewritten_code.cache_clear()
     try:
         g = tracing.trace(f, list(xs), argnums)
     finally:
-        loop_source.ENABLED = saved
+        loop_source.ENABLED, loop_source.CONVERT = saved
+        loop_source._rewritten_code.cache_clear()
     r, stats = rr.reroll(g)
     want, got = interpret.evaluate(g, list(xs)), interpret.evaluate(r, list(xs))
     np.testing.assert_allclose(got[0], want[0], rtol=1e-12, atol=1e-13)

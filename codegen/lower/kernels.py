@@ -55,7 +55,7 @@ def lower_fused_loop(L: Lowering, k) -> None:
     gathers = [
         n
         for n in k.body
-        if n.op in ops.GATHERS and n.args[0].shape != ()
+        if (n.op in ops.GATHERS and n.args[0].shape != ()) or n.op == Op.TAKE
     ]
     accs = {}
     for n in k.body:
@@ -98,6 +98,11 @@ def lower_fused_loop(L: Lowering, k) -> None:
                 v = L.load(n, None)
             elif n.op in ops.SCALAR_SPREADS and n.args[0].shape == ():
                 v = val(n.args[0])
+            elif n.op == Op.TAKE:  # x[tab[t], ...]: the row the table names at t
+                x, tab = n.args
+                row = b.fptosi(L.load(tab, idx[0]), I64)
+                at = L.affine([row, *idx[1:]], 0, L.c_strides(L.shape(x)))
+                v = L._load_elem(L.ptr(x), at, n.dtype)
             elif n in gathers:
                 base, offset, strides = L.gather_source(n)
                 v = L._load_elem(base, L.affine(idx, offset, strides), n.dtype)

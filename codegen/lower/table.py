@@ -15,7 +15,7 @@ import math
 from ...core.ir import Node
 from ...core.ops import Op
 
-from .base import I64
+from .base import F64, I64
 from .lowering import INDEX_OPS, Lowering
 
 
@@ -53,6 +53,43 @@ def lower_put(L: Lowering, n: Node) -> None:
     _lower_rows_into(L, n, add=False)
 
 
+def _slot(L: Lowering, t, init):
+    """A stack slot of type ``t`` (in the entry block: promoted to a register) set to ``init``."""
+    here = L.b.block
+    L.b.position_at_start(L.fn.entry_basic_block)
+    slot = L.b.alloca(t)
+    L.b.position_at_end(here)
+    L.b.store(init, slot)
+    return slot
+
+
+def _add_runs(L: Lowering, n: Node, base) -> None:
+    """``out[idx[t]] += upd[t]`` for one-element rows, a run of equal positions summed in a
+    register and stored once when the position changes: the additions into each element
+    are the same, in the same order, as one read-modify-write per entry — but a run (the
+    cotangent of a flattened nest's row, the table ``0, 0, ..., 1, 1, ...``) no longer waits
+    on a store and a reload per entry."""
+    _, idx, upd = n.args
+    b = L.b
+    at_slot = _slot(L, I64, I64(-1))
+    sum_slot = _slot(L, F64, F64(0.0))
+    with L.loop(idx.shape[0]) as t:
+        at = _row(L, idx, t, 1)
+        u = L.load(upd, t)
+        prev = b.load(at_slot)
+        with b.if_else(b.icmp_signed("==", at, prev)) as (same, other):
+            with same:
+                b.store(b.fadd(b.load(sum_slot), u), sum_slot)
+            with other:
+                with b.if_then(b.icmp_signed(">=", prev, I64(0))):
+                    b.store(b.load(sum_slot), b.gep(base, [prev], inbounds=True))
+                b.store(b.fadd(b.load(b.gep(base, [at], inbounds=True)), u), sum_slot)
+                b.store(at, at_slot)
+    last = b.load(at_slot)
+    with b.if_then(b.icmp_signed(">=", last, I64(0))):
+        b.store(b.load(sum_slot), b.gep(base, [last], inbounds=True))
+
+
 def _lower_rows_into(L: Lowering, n: Node, add: bool) -> None:
     acc, idx, upd = n.args
     if L.location(n) != L.location(acc):
@@ -60,6 +97,8 @@ def _lower_rows_into(L: Lowering, n: Node, add: bool) -> None:
     width = math.prod(acc.shape[1:])
     b = L.b
     base = L.ptr(n)
+    if add and width == 1 and n.dtype == "f64":
+        return _add_runs(L, n, base)
     with L.loop(idx.shape[0]) as t:
         at = _row(L, idx, t, width)
         src = b.mul(t, I64(width), flags=("nsw",)) if width != 1 else t

@@ -131,7 +131,8 @@ def _run_loop(prog: Program, k, env, view, read) -> None:
     """One fused loop, element by element, exactly as the generated loop orders its memory
     accesses: operands in memory are loaded at the top of each iteration, stores follow."""
     members = {id(n) for n in k.body}
-    gathers = {id(n) for n in k.body if n.op in ops.GATHERS and n.args[0].shape != ()}
+    gathers = {id(n) for n in k.body
+               if (n.op in ops.GATHERS and n.args[0].shape != ()) or n.op == Op.TAKE}  # fmt: skip
     acc: dict[int, Any] = {}
     for n in k.body:
         if n.op == Op.REDUCE_SUM:
@@ -158,7 +159,7 @@ def _run_loop(prog: Program, k, env, view, read) -> None:
             elif n.op in ops.SCALAR_SPREADS and n.args[0].shape == ():
                 v = read(n.args[0], local)
             elif id(n) in gathers:
-                v = np.asarray(ops.OPS[n.op].ref(n.attrs, view(n.args[0])))[idx]
+                v = np.asarray(ops.OPS[n.op].ref(n.attrs, *(view(a) for a in n.args)))[idx]
             elif id(n) in acc:
                 x = (
                     local[id(n.args[0])]

@@ -10,7 +10,8 @@ Placement (greedy, in topological order, each node as early as its operands allo
 
 * a scalar, or a *point* op touching O(1) elements (``x[i]``, ``acc[i] += u``), goes into the
   straight-line code before the loop of the first kernel where its operands are ready;
-* an elementwise op, a gather (``index``/``transpose``/``broadcast_to``) or a full reduction goes
+* an elementwise op, a gather (``index``/``transpose``/``broadcast_to``, ``take`` at a table's
+  positions) or a full reduction goes
   into the first loop over its iteration space at or after the kernel where its operands are
   ready. An operand computed in the same loop is read in the same iteration, so the chain needs
   no temporary; a reduction's result, or a gathered operand, is ready only after its loop;
@@ -89,6 +90,8 @@ def _classify(n: Node) -> str:
         return "alias"  # a contiguous block: a view at an offset, no copy
     if n.op in (Op.INDEX, Op.TRANSPOSE, Op.WINDOW):
         return "point" if n.shape == () else "gather"
+    if n.op == Op.TAKE:  # rows at a table's positions, read in the loop that uses them
+        return "gather"
     if group == "reduce":
         return "reduce" if n.shape == () else "op"
     if n.op in ops.SCATTER:

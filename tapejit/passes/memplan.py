@@ -150,7 +150,11 @@ def plan(g: Graph, donate: dict[int, int] | None = None) -> Program:
                 # buffers this loop reads at other elements than its own: through a gather, or
                 # through a view at an offset; writing over them in place would be a hazard
                 gathered = {
-                    id(alias_root(x.args[0])) for x in bodies[t] if classify(x) == "gather"
+                    id(alias_root(a))
+                    for x in bodies[t]
+                    if classify(x) == "gather"
+                    for a in x.args
+                    if a.shape != ()  # the operand, and a take's table
                 } | {
                     id(alias_root(a))
                     for x in bodies[t]

@@ -40,9 +40,11 @@ class _NoRule(Exception):
     pass
 
 
-#: The largest value (elements) an iteration may compute and still be batched: a body's small
-#: vectors and matrices are; a body that is itself a loop over rows (values of a row's length)
-#: stays a loop, whose reverse sweep recomputes it (the batched values would be n x row).
+#: The largest value (elements) an iteration may compute and still be batched when the
+#: batched value (``n`` times as large) would pass :data:`MAX_FLAT` elements: a body's small
+#: vectors and matrices always are; a body that is itself a loop over long rows (values of a
+#: row's length) over many iterations stays a loop, whose reverse sweep recomputes it. A nest
+#: whose rows were batched already (a stencil's ``for i: for j:``) is batched as a whole.
 MAX_ROW = 64
 
 #: Whether loops with a traced trip count are batched (masked past the count).
@@ -380,7 +382,7 @@ class _Batcher:
         if not any(b for _, b in args):
             return ops.make(n.op, *(a for a, _ in args), attrs=n.attrs), False
         N = self.n
-        if n.type.size > MAX_ROW:
+        if n.type.size > MAX_ROW and n.type.size * N > MAX_FLAT:
             raise _NoRule("iterations whose values are large arrays (a loop of rows)")
         if self.mask is not None and n.op != Op.TAKE:  # an invariant float joining the rows
             args = [(self.masked_rows(a, False, a.shape), True)
@@ -409,7 +411,7 @@ class _Batcher:
         if n.op == Op.RESHAPE and xb:
             return ops.reshape(x, (N, *n.attrs[0])), True
         if n.op == Op.INDEX and xb:
-            return ops.make(Op.INDEX, x, attrs=((0, N, 1), *n.attrs)), True
+            return ops.index(x, ((0, N, 1), *n.attrs)), True
         if n.op == Op.TRANSPOSE and xb:
             return ops.transpose(x, (0, *(p + 1 for p in n.attrs[0]))), True
         if n.op in ops.REDUCE and xb and n.attrs:

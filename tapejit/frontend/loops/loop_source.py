@@ -55,6 +55,9 @@ _HELPERS = ("_tj_for", "_tj_read", "_tj_all", "_tj_can", "_tj_nest", "_tj_min", 
 #: Whether tracing converts loops and branches from the source (:mod:`tapejit.frontend.convert`;
 #: ``TAPEJIT_CONVERT=0`` in the environment: off).
 CONVERT = os.environ.get("TAPEJIT_CONVERT", "1") not in ("", "0")
+#: Whether a nest this capture accepts is captured rather than converted (see
+#: :meth:`_Rewriter._nest`; tests turn it off to flatten every form of nest by conversion).
+NEST_CAPTURE = True
 
 
 
@@ -93,13 +96,6 @@ class _Rewriter(ast.NodeTransformer):
         if self.handlers or node.orelse or not isinstance(node.target, ast.Name):
             return node
         if any(isinstance(n, (ast.For, ast.While)) for st in node.body for n in ast.walk(st)):
-            if CONVERT:
-                # a nest is left as written, inner loops too, for conversion: converted, each
-                # body is traced once and a nest of sums and scatter-adds is flattened into
-                # one iteration space (tapejit/passes/vectorise.py), in constant time, where
-                # capturing traces rows and builds the others (growing with the rows)
-                self.count = count
-                return original
             if self.count > count:  # inner loops rewritten: a nest of two levels?
                 return self._nest(original, node, self.count - count)
             return node
@@ -163,17 +159,29 @@ class _Rewriter(ast.NodeTransformer):
         an inner capturable loop guarantees: the outer body with the inner loop's body in its
         place is capturable code for the outer variable (it appears only in affine element
         reads and in the inner range's bounds, never as a number), and it writes no array.
-        The node as rewritten by the inner loop's capture when it is not such a nest.
-        (Only with conversion off: :meth:`visit_For` leaves nests to conversion.)"""
+        When it is not such a nest: the node as rewritten by the inner loops' capture, or with
+        conversion on (:data:`CONVERT`), the loop as written, inner loops too, for conversion.
+        (A nest captured here runs faster than one conversion flattens — one kernel over the
+        ragged layout of its rows, read in place, against gathers through tables of the pairs
+        and scatter-adds — but its capture grows with the rows where they do not match term
+        for term, as flat ``x[3*j + k]`` reads do.)"""
+        count = self.count - rewritten
         try:
             loop, ranges = _nest_loop(original, self.modules, self.f_locals, self.pure)
         except _NotCapturable:
-            return node
-        if rewritten < len(ranges):  # an inner loop left as written: not a nest
-            return node
-        if not loop_scopes.private(self.fn, node, [loop.var, *loop.temps]):
-            return node
-        return self._rows(loop, node, ranges, original)
+            loop = ranges = None
+        if (NEST_CAPTURE or not CONVERT) and loop is not None and rewritten >= len(ranges) \
+                and loop_scopes.private(self.fn, node, [loop.var, *loop.temps]):
+            return self._rows(loop, node, ranges, original)
+        if CONVERT:
+            # not a nest: left as written, inner loops too, for conversion — each body traced
+            # once, a nest of sums and scatter-adds flattened into one iteration space
+            # (tapejit/passes/vectorise.py), in constant time; inner loops captured in a body
+            # of their own would keep the outer loop from being converted (their bounds are
+            # traced there), and the outer loop would run as written, row by row
+            self.count = count
+            return original
+        return node
 
     def _rows(self, loop: _Loop, node: ast.For, ranges: list, original: ast.For):
         """The rewrite of a nest (see :meth:`_nest`; ``ranges``: its inner loops' ranges),
