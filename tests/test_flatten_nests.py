@@ -18,11 +18,13 @@ import pytest
 
 import tapejit as tj
 from tapejit.ad import autodiff
-from tapejit.core import interpret
+from tapejit.core import interpret, ops_window
 from tapejit.core.ops import Op
 from tapejit.frontend.convert import loops as cv_loops
 from tapejit.frontend.loops import loop_source
 from tapejit.frontend.tracing import trace
+from tapejit.passes import vectorise
+from tapejit.passes.nest_layout import Layout
 
 RNG = np.random.default_rng(20261207)
 
@@ -273,3 +275,50 @@ def test_constant_positions_out_of_range_in_a_nest_raise_when_compiling():
 
     with pytest.raises(IndexError, match=r"in late\(\).*out of bounds"):
         tj.compile(late, RNG.normal(size=20), cache=False)
+
+
+# -- the pairs as a ragged layout: tables affine in the row read as windows ----------------------
+
+AFFINE = ["lj_cutoff", "morse_flat", "growing_rows",
+          "pair_forces", "forces_in_the_inner_loop_only"]
+
+
+@pytest.mark.parametrize("name", AFFINE)
+def test_affine_rows_are_read_through_windows_not_tables(name, monkeypatch):
+    """Inner trip counts affine in the row (``range(i + 1, n)``, ``range(i)``): the pairs are a
+    ragged layout, and reads at ``3*j + k`` or ``i`` are windows of it — no table of the pairs
+    is captured — with the same values and gradient as through tables (the interpreter's
+    ``window`` is ``take`` at the same positions: rtol 1e-13)."""
+    f, make = MODELS[name]
+    x = make(12)
+    gs = _graphs(f, x, monkeypatch)
+    ops_used = {n.op for n in gs["vector"].nodes}
+    assert Op.WINDOW in ops_used
+    pairs = {n.type.size for n in gs["vector"].nodes if n.op == Op.WINDOW}
+    read = {id(a) for n in gs["vector"].nodes for a in n.args}
+    assert not any(n.type.size in pairs and id(n) in read for n in gs["vector"].inputs[1:])
+    monkeypatch.setattr(vectorise, "WINDOWS", False)
+    loop_source._rewritten_code.cache_clear()
+    tables = trace(f, [x], [0])
+    assert Op.WINDOW not in {n.op for n in tables.nodes}
+    got = interpret.evaluate(autodiff.vjp_graph(gs["vector"], None), [x])
+    ref = interpret.evaluate(autodiff.vjp_graph(tables, None), [x])
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+def test_the_layout_of_affine_counts_and_its_windows():
+    lay = Layout.of(np.array([5, 4, 3, 2, 1, 0]))
+    assert (lay.T, lay.L0, lay.dL, lay.P) == (6, 5, -1, 15)
+    assert Layout.of(np.array([3, 1, 2])) is None  # not affine
+    assert Layout.of(np.array([0, 0])) is None  # no pairs
+    for a, c, d in [(3, 3, 3), (0, 3, 0), (1, 1, 1), (7, 0, 2)]:
+        attrs = (6, 5, -1, a, c, d)
+        table = ops_window.positions(attrs)
+        assert lay.attrs(table.astype(np.float64), rows=100) == attrs
+    table = ops_window.positions((6, 5, -1, 3, 3, 3)).astype(np.float64)
+    assert lay.attrs(table, rows=int(table.max())) is None  # the last row out of range
+    table[4] += 1
+    assert lay.attrs(table, rows=100) is None  # one entry off
+    assert lay.attrs(np.arange(15) * 0.5, rows=100) is None  # not whole numbers
+    assert lay.attrs(np.arange(15)[::-1].astype(np.float64), rows=100) is None  # d < 0

@@ -402,6 +402,7 @@ def pairs(pos):
     return e
 
 
+@pytest.mark.usefixtures("unconverted")  # ragged nests are converted when conversion is on
 def test_triangular_pair_loop():
     """A nest (tapejit/frontend/loops/loop_source.py ``_nest``, loop_capture.run_nest): the first
     ROWS_TRACED rows are traced, each capturing its inner loop; the other rows whose inner
@@ -460,6 +461,7 @@ def nest_of_growing_rows(x):
     return e
 
 
+@pytest.mark.usefixtures("unconverted")  # ragged nests are converted when conversion is on
 @pytest.mark.parametrize(
     "f, nest",
     [(nest_with_the_row_as_a_number, False), (nest_of_a_product, False),
@@ -512,6 +514,7 @@ def branching(a):
     return a * a
 
 
+@pytest.mark.usefixtures("unconverted")  # ragged nests are converted when conversion is on
 def test_pure_helpers():
     n = 20
     pos = np.stack(np.meshgrid(*[np.arange(3)] * 3, indexing="ij"), -1).reshape(-1, 3)[:n]
@@ -1247,6 +1250,7 @@ def skip_variable_read_after(x):
     return e + j  # the last j: the loop stays as written
 
 
+@pytest.mark.usefixtures("unconverted")  # ragged nests are converted when conversion is on
 @pytest.mark.parametrize("f", [all_pairs_continue, skip_outside_the_range, skip_variable_read_after])
 def test_skips_of_the_diagonal(f):
     g = against_unrolled(f, RNG.random(40), rtol=1e-10)
@@ -1254,6 +1258,7 @@ def test_skips_of_the_diagonal(f):
     assert built == (f is not skip_variable_read_after)
 
 
+@pytest.mark.usefixtures("unconverted")  # ragged nests are converted when conversion is on
 def test_all_ordered_pairs_trace_a_few_rows():
     """``for i: for j: if i != j`` is two loops per row (before and after the diagonal): the
     rows where both are long are a nest, built from 5 traced rows; the trace does not grow."""

@@ -314,12 +314,16 @@ def index(x: Node, items: tuple) -> Node:
         return x
     if x.op == Op.SCATTER and x.attrs == items and x.args[1].type == index_type(x, items):
         return x.args[1]
-    if (x.op == Op.TAKE and len(items) > 1 and items[0] == (0, x.shape[0], 1)
-            and x.args[1].ndim == 1):  # fmt: skip
-        # rows at a table, then some of their elements: the elements of the rows first
-        # (x[t][:, k] is x[:, k][t]) — the same values, and a gather that fuses
-        src, table = x.args
-        return make(Op.TAKE, index(src, ((0, src.shape[0], 1), *items[1:])), table)
+    if (x.op in (Op.TAKE, Op.WINDOW) and len(items) > 1 and items[0] == (0, x.shape[0], 1)
+            and (x.op == Op.WINDOW or x.args[1].ndim == 1)):  # fmt: skip
+        # rows at a table (or a window's positions), then some of their elements: the
+        # elements of the rows first (x[t][:, k] is x[:, k][t]) — the same values, and a
+        # gather that fuses
+        src = x.args[0]
+        part = index(src, ((0, src.shape[0], 1), *items[1:]))
+        if x.op == Op.WINDOW:
+            return make(Op.WINDOW, part, attrs=x.attrs)
+        return make(Op.TAKE, part, x.args[1])
     return make(Op.INDEX, x, attrs=items)
 
 

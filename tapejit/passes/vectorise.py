@@ -30,6 +30,8 @@ from ..core.ops_table import add_at, put, take
 from ..core.ir import Graph, Node, substitute
 from ..core.loop_spec import loop_layout
 from ..core.ops import Op
+from ..core.ops_window import window, window_add
+from .nest_layout import Layout, window_or_take
 
 #: Ops batched by rebuilding them on batched operands (numpy broadcasting aligns the batch
 #: axis: every batched operand has it in front, an unbatched one broadcasts over it).
@@ -55,6 +57,10 @@ DYNAMIC = False
 #: long — 4 Mi pairs, 32 MiB a table, about N = 2900 atoms of an all-pairs loop; a larger nest
 #: stays a loop of loops.
 MAX_FLAT = 1 << 22
+
+#: Whether a flattened nest whose inner trip counts are affine in the row reads and writes
+#: through windows of its ragged layout where its tables allow (:mod:`tapejit.passes.nest_layout`).
+WINDOWS = True
 
 
 class Constants(Protocol):
@@ -181,13 +187,24 @@ def _element_increments(rows: Node, prev: Node, table: Node) -> list | None:
     return out[::-1]
 
 
-def _add_link(acc: Node, t: Node, r: Node, flat: bool) -> Node:
-    """``add_at(acc, t, r)``; for a ``flat`` link, into ``acc`` viewed as one axis."""
+class _Window:
+    """The positions of a scatter-add link that are a window of a flattened nest's ragged
+    layout (its attributes), in place of a table."""
+
+    def __init__(self, attrs: tuple):
+        self.attrs = attrs
+
+
+def _add_link(acc: Node, t, r: Node, flat: bool) -> Node:
+    """``add_at(acc, t, r)`` (``window_add`` when ``t`` is a :class:`_Window`); for a
+    ``flat`` link, into ``acc`` viewed as one axis."""
+    def add(a, u):
+        return window_add(a, u, t.attrs) if isinstance(t, _Window) else add_at(a, t, u)
+
     if not flat:
-        return add_at(acc, t, r)
+        return add(acc, r)
     size = acc.type.size
-    return ops.reshape(add_at(ops.reshape(acc, (size,)), t, ops.reshape(r, (r.type.size,))),
-                       acc.shape)  # fmt: skip
+    return ops.reshape(add(ops.reshape(acc, (size,)), ops.reshape(r, (r.type.size,))), acc.shape)
 
 
 def _delta(body: _Body, o: Node, cin: Node) -> Node | None:
@@ -321,11 +338,15 @@ class _Batcher:
     not vary with the iteration); builds outer-trace nodes."""
 
     def __init__(self, body: _Body, n: int, counter: Node, params: list,
-                 mask: Node | None = None, consts: Constants | None = None):  # fmt: skip
+                 mask: Node | None = None, consts: Constants | None = None,
+                 layout: Layout | None = None):  # fmt: skip
         g, spec = body.g, body.spec
         self.n = n
         self.mask = mask
         self.consts = consts
+        #: the iterations as a ragged layout (a flattened nest's pairs), when they are one:
+        #: tables affine in its rows are windows (:mod:`tapejit.passes.nest_layout`)
+        self.layout = layout
         #: id(inner loop) -> {offset of a carry: its batched value, (n, size)}
         self.loops: dict[int, dict[int, Node]] = {}
         #: (id(inner loop), offset of a carry) -> its scatter-add links over every iteration
@@ -433,11 +454,27 @@ class _Batcher:
                 # x[i + c] over the iterations: rows first, first + 1, ... — a slice, read in order
                 rows = ops.index(src, ((first, first + N, 1),))
             else:
-                rows = take(src, ops.reshape(tab, (N * n.args[1].shape[0],)))
+                width = n.args[1].shape[0]
+                flat = ops.reshape(tab, (N * width,))
+                # the iterations' rows of positions as a layout: the nest's pairs, or a
+                # rectangle of N rows of the table's width (u[i + 1, j] of a stencil whose
+                # rows were batched already: a strided 2-D slice)
+                layout = self.layout
+                if layout is None and width > 1 and self.consts is not None:
+                    layout = Layout(N, width, 0)
+                known = None if layout is None else self.consts.value(flat)
+                rows = window_or_take(src, flat, known, layout, take)
             return ops.reshape(rows, (N, *n.shape)), True
         if n.op == Op.MATMUL:
             return self._matmul(n, args), True
         raise _NoRule(f"no batching rule for {n.op}")
+
+    def _known(self, n: Node) -> np.ndarray | None:
+        """The value of ``n`` when it is known when compiling (only asked of a batcher whose
+        iterations are a ragged layout)."""
+        if self.layout is None or self.consts is None:
+            return None
+        return self.consts.value(n)
 
     def fold(self, n: Node, rows: int | None = None) -> Node:
         """``n`` as a constant (a captured array) when its value is known when compiling and
@@ -469,7 +506,13 @@ class _Batcher:
         t = ops.reshape(t if tb else ops.broadcast_to(t, (N, T)), (N * T,))
         r = r if rb else ops.broadcast_to(r, (N, *rows.shape))
         bound = int(np.prod(shape)) if flat else shape[0]
-        return self.fold(t, rows=bound), ops.reshape(r, (N * T, *rows.shape[1:])), sign, flat
+        t = self.fold(t, rows=bound)
+        attrs = None
+        if self.layout is not None and T == 1:
+            v = self._known(t)
+            attrs = None if v is None else self.layout.attrs(v, bound)
+        return (t if attrs is None else _Window(attrs)), ops.reshape(r, (N * T, *rows.shape[1:])), \
+            sign, flat
 
     def scatter_part(self, term: Node) -> list | None:
         """The scatter-add links of ``term`` when it is an inner loop's scatter-added carry
@@ -482,15 +525,19 @@ class _Batcher:
         self.value(s.args[0])  # flattens the inner loop
         return self.scatters.get((id(s.args[0]), s.attrs[0][0]))
 
-    def _rows_at(self, p: Node, t_tab: Node, P: int) -> Node:
+    def _rows_at(self, p: Node, t_tab: Node, P: int, layout: Layout | None) -> Node:
         """Rows ``t_tab`` of ``p`` (batched, ``(n, ...)``): of a gather ``take(src, tab)``, one
         gather ``take(src, tab[t_tab])`` — no per-row copy, and its adjoint adds into ``src``
-        directly."""
+        directly; a window of ``src`` or ``p`` where the pairs are the ragged ``layout``."""
         s = _strip(p)
         if s.op == Op.TAKE and s.args[1].shape == (self.n,) and s.type.size == p.type.size:
             src, tab = s.args
-            rows = take(src, self.fold(take(tab, t_tab)))
+            composed = self.fold(take(tab, t_tab))
+            known = None if layout is None else self.consts.value(composed)
+            rows = window_or_take(src, composed, known, layout, take)
             return ops.reshape(rows, (P, *p.shape[1:]))
+        if layout is not None and p.dtype == "f64":
+            return window(p, layout.segments())
         return take(p, t_tab)
 
     def _inner_loop(self, loop: Node) -> tuple[Node, bool]:
@@ -528,11 +575,12 @@ class _Batcher:
         first = np.repeat(np.cumsum(counts) - counts, counts)
         k_of = np.arange(P, dtype=np.float64) - first + spec.start
         t_tab = self.consts.array(t_of) if P else None
+        layout = Layout.of(counts) if WINDOWS else None
         params = []
         for p, pb in vals[lead + spec.n_carry :]:
-            params.append((self._rows_at(p, t_tab, P), True) if pb and P else (p, False))
+            params.append((self._rows_at(p, t_tab, P, layout), True) if pb and P else (p, False))
         counter = self.consts.array(k_of) if P else None
-        sub = _Batcher(inner, P, counter, params, consts=self.consts) if P else None
+        sub = _Batcher(inner, P, counter, params, consts=self.consts, layout=layout) if P else None
         parts: dict[int, Node] = {}
         for k, (plan, seg) in enumerate(zip(plans, loop_layout(spec).carries)):
             init, ib = vals[lead + k]
@@ -547,7 +595,9 @@ class _Batcher:
                         links += [(t, r, sign * sg, fl) for t, r, sg, fl in inner_links]
                         continue
                     v, vb = sub.value(term)
-                    if vb:
+                    if vb and layout is not None:  # a sum per row of the layout
+                        per = window_add(ops.const(0.0, (N, *shape)), v, layout.segments())
+                    elif vb:
                         per = add_at(ops.const(0.0, (N, *shape)), t_tab, v)
                     else:  # the same term in every inner iteration: counts times it
                         c = self.consts.array(counts.astype(np.float64).reshape(
@@ -626,9 +676,9 @@ def _total(v: Node, axis_len: int) -> Node:
     s = _strip(v)
     while s.op == Op.ADD and (_is_zero(s.args[0]) or _is_zero(s.args[1])):
         s = _strip(s.args[1] if _is_zero(s.args[0]) else s.args[0])
-    if (s.op == Op.ADD_AT and _is_zero(_strip(s.args[0])) and s.shape[0] == axis_len
-            and s.type.size == v.type.size):  # fmt: skip
-        w = s.args[2]
+    if (s.op in (Op.ADD_AT, Op.WINDOW_ADD) and _is_zero(_strip(s.args[0]))
+            and s.shape[0] == axis_len and s.type.size == v.type.size):  # fmt: skip
+        w = s.args[-1]
         total = ops.reduce(Op.REDUCE_SUM, w, (0,))
         return total if total.shape == v.shape[1:] else ops.reshape(total, v.shape[1:])
     return ops.reduce(Op.REDUCE_SUM, v, (0,))
