@@ -11,6 +11,7 @@ import sys
 import threading
 
 import numpy as np
+from scipy.special import digamma as sc_digamma
 import pytest
 
 import tapejit as tj
@@ -22,12 +23,6 @@ st = pytest.importorskip("scipy.stats")
 RNG = np.random.default_rng(11)
 THIS_FILE = "test_scipy_functions.py"
 W = RNG.random((3, 4))  # weights that make a loss of an array-valued function
-
-#: multigammaln converts its arguments with np.asarray (scipy.stats' distributions trace through
-#: tapejit/frontend/numpy/scipy_stats.py).
-NO_ARRAY_API = pytest.mark.xfail(
-    raises=tj.TracingError, strict=True, reason="scipy converts with np.asarray"
-)
 
 # name, loss, example shape
 CASES = [
@@ -54,7 +49,13 @@ CASES = [
         "log_softmax", lambda x: np.sum(sp.log_softmax(x, axis=1) * W), (3, 4),
     ),
     pytest.param(
-        "multigammaln", lambda x: sp.multigammaln(x[0] + 3.0, 3), (2,), marks=NO_ARRAY_API
+        "multigammaln", lambda x: sp.multigammaln(x[0] + 3.0, 3) * x[1], (2,),
+    ),
+    pytest.param(
+        "multigammaln_d1_vector", lambda x: np.sum(sp.multigammaln(x + 0.5, 1)), (3,),
+    ),
+    pytest.param(
+        "multigammaln_d5", lambda x: np.sum(sp.multigammaln(x + 2.5, 5) * W[0, :2]), (2,),
     ),
     pytest.param(
         "norm.logpdf", lambda x: np.sum(st.norm.logpdf(x, 0.3, 2.0)), (4,)
@@ -243,3 +244,25 @@ def test_scipy_first_imported_inside_the_traced_function_says_to_import_it_first
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["ERR", "True", "OK", "2.313262"], out.stdout + out.stderr
+
+
+def test_multigammaln_outside_its_domain_is_nan_and_scipy_is_restored():
+    """scipy raises for ``a <= (d-1)/2``; a traced ``a`` cannot decide that when tracing, so
+    the compiled value there is NaN. A non-integer ``d`` raises as scipy does. Outside a
+    trace (and for untraced arguments inside one) scipy's own function runs."""
+    original = sp.multigammaln
+    seen = []
+
+    def f(x):
+        seen.append(sp.multigammaln(4.0, 3))  # untraced: scipy's value
+        return sp.multigammaln(x[0], 4)
+
+    g = tj.compile(f, np.array([3.0]), cache=False)
+    assert seen == [original(4.0, 3)]
+    assert sp.multigammaln is original
+    value, grad = g.value_and_grad(np.array([1.0]))
+    assert np.isnan(value)
+    np.testing.assert_allclose(g(np.array([3.0])), [sum(sc_digamma(3.0 - j / 2) for j in range(4))],
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match="positive integer"):
+        tj.compile(lambda x: sp.multigammaln(x[0], 2.5), np.array([3.0]), cache=False)

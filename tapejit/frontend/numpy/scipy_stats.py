@@ -330,11 +330,45 @@ def _mvn_method(method: str, original: Callable) -> Callable:
     return dispatch
 
 
+def _multigammaln(a, d):
+    """``log Γ_d(a) = d(d-1)/4 log π + Σ_{j=1..d} log Γ(a - (j-1)/2)`` (Muirhead 1982, as
+    scipy computes it) of a traced ``a``; NaN where ``a <= (d-1)/2`` (scipy raises
+    ``ValueError`` there, which a traced value cannot decide). ``d`` must be a positive
+    integer known when tracing."""
+    if isinstance(d, Tracer) or not float(np.asarray(d)).is_integer() or np.ndim(d) or d < 1:
+        raise ValueError(f"multigammaln: d should be a positive integer (dimension), got {d!r}")
+    d = int(d)
+    gammaln = _sc("gammaln")
+    res = gammaln(a)
+    for j in range(2, d + 1):
+        res = res + gammaln(a - (j - 1.0) / 2.0)
+    res = res + (d * (d - 1) * 0.25) * _LOG_PI
+    return _where(a > 0.5 * (d - 1), res, np.nan)
+
+
+def _special_function(name: str, original: Callable) -> Callable:
+    traced = {"multigammaln": _multigammaln}[name]
+
+    @functools.wraps(original)
+    def dispatch(*args, **kwds):
+        if not _traced(args, kwds):
+            return original(*args, **kwds)
+        return traced(*args, **kwds)
+
+    return dispatch
+
+
 def _targets() -> list[tuple[type, str, Callable]]:
-    """(class, method name, wrapper factory) for each method to wrap; empty without scipy.stats."""
+    """(class or module, name, wrapper factory) for each method or function to wrap; empty
+    without scipy."""
     infra = sys.modules.get("scipy.stats._distn_infrastructure")
     mvn = sys.modules.get("scipy.stats._multivariate")
     out: list[tuple[type, str, Callable]] = []
+    # scipy.special's functions that are not ufuncs (np.asarray first): as scipy.special.NAME
+    for module in ("scipy.special", "scipy.special._spfun_stats"):
+        mod = sys.modules.get(module)
+        if mod is not None:
+            out.append((mod, "multigammaln", _special_function))
     if infra is not None and hasattr(infra, "rv_continuous"):
         out += [(infra.rv_continuous, m, _rv_method) for m in _METHODS]
     if mvn is not None and hasattr(mvn, "multivariate_normal_gen"):
