@@ -24,7 +24,7 @@ from tapejit.frontend.convert import loops as cv_loops
 from tapejit.frontend.loops import loop_source
 from tapejit.frontend.tracing import trace
 from tapejit.passes import vectorise
-from tapejit.passes.nest_layout import Layout
+from tapejit.passes.nest_layout import Forms, Layout
 
 RNG = np.random.default_rng(20261207)
 
@@ -322,3 +322,44 @@ def test_the_layout_of_affine_counts_and_its_windows():
     assert lay.attrs(table, rows=100) is None  # one entry off
     assert lay.attrs(np.arange(15) * 0.5, rows=100) is None  # not whole numbers
     assert lay.attrs(np.arange(15)[::-1].astype(np.float64), rows=100) is None  # d < 0
+
+
+@pytest.mark.parametrize("name", AFFINE)
+def test_windows_found_from_forms_are_those_the_tables_give(name, monkeypatch):
+    """The windows found from how positions were built (affine forms, nothing evaluated) are
+    the ones fitting the evaluated tables finds, and the index checks decided from the forms
+    leave the same graph."""
+    f, make = MODELS[name]
+    x = make(13)
+    graphs = []
+    for forms in (True, False):
+        monkeypatch.setattr(vectorise, "FORMS", forms)
+        loop_source._rewritten_code.cache_clear()
+        graphs.append(trace(f, [x], [0]))
+    attrs = [sorted(n.attrs for n in g.nodes if n.op in (Op.WINDOW, Op.WINDOW_ADD)) for g in graphs]
+    assert attrs[0] == attrs[1] and attrs[0]
+    got, ref = (interpret.evaluate(autodiff.vjp_graph(g, None), [x]) for g in graphs)
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+def test_forms_of_positions_clamps_and_checks():
+    from tapejit.core import ops
+    from tapejit.core.ir import Type
+    from tapejit.core.opcodes import input_node
+
+    lay = Layout(5, 4, -1)  # rows of 4, 3, 2, 1, 0 positions
+    forms = Forms(lay)
+    j = input_node(0, "j", Type((10,)))
+    forms.seed(j, (1, 0, 1))  # j = 1 + m
+    p = ops.add(ops.mul(j, ops.const(3.0)), ops.const(2.0))  # 3*j + 2: 5 .. 14
+    assert forms.of(p) == (5.0, 0.0, 3.0)
+    assert forms.of(ops.elementwise(Op.MINIMUM, ops.elementwise(Op.MAXIMUM, p, ops.const(0.0)), ops.const(14.0))) == (5.0, 0.0, 3.0)
+    assert forms.of(ops.elementwise(Op.MINIMUM, p, ops.const(13.0))) is None  # the clamp changes 14
+    assert forms.of(ops.elementwise(Op.GE, p, ops.const(15.0))) == (0.0, 0.0, 0.0)
+    assert forms.of(ops.elementwise(Op.LT, p, ops.const(5.0))) == (0.0, 0.0, 0.0)
+    assert forms.of(ops.elementwise(Op.LT, p, ops.const(14.0))) is None  # undecided
+    assert forms.of(ops.mul(p, p)) is None  # not affine
+    assert lay.window((5, 0, 3), rows=15) == (5, 4, -1, 5, 0, 3)
+    assert lay.window((5, 0, 3), rows=14) is None  # out of range
+    assert lay.window((5.5, 0, 3), rows=100) is None  # not whole

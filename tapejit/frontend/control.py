@@ -368,7 +368,7 @@ class _Constants:
     trip counts): a node reading an argument, a loop's counter or carry is not one."""
 
     def __init__(self):
-        self._known: dict[int, bool] = {}
+        self._known: dict[int, tuple[Node, bool]] = {}
 
     def array(self, a: np.ndarray) -> Node:
         t = lift(a)
@@ -381,31 +381,38 @@ class _Constants:
         return np.asarray(_wrap(n).value)
 
     def _constant(self, n: Node) -> bool:
+        # id(node) -> (node, answer): the node is held, so that a node built and dropped
+        # (a reshape asked about once) cannot pass its id and its answer to a later one
         known = self._known
+
+        def get(x: Node):
+            hit = known.get(id(x))
+            return None if hit is None or hit[0] is not x else hit[1]
+
         stack = [n]
         while stack:
             top = stack[-1]
-            if id(top) in known:
+            if get(top) is not None:
                 stack.pop()
                 continue
             if top.op == Op.INPUT:
                 src = self._source(top)
                 if src is None or src is top:
-                    known[id(top)] = src is top
+                    known[id(top)] = (top, src is top)
                     stack.pop()
-                elif id(src) in known:
-                    known[id(top)] = known[id(src)]
+                elif get(src) is not None:
+                    known[id(top)] = (top, get(src))
                     stack.pop()
                 else:
                     stack.append(src)
                 continue
-            pending = [a for a in top.args if id(a) not in known]
+            pending = [a for a in top.args if get(a) is None]
             if pending:
                 stack.extend(pending)
                 continue
             stack.pop()
-            known[id(top)] = all(known[id(a)] for a in top.args)
-        return known[id(n)]
+            known[id(top)] = (top, all(get(a) for a in top.args))
+        return get(n)
 
     @staticmethod
     def _source(n: Node) -> Node | None:

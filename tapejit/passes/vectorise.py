@@ -31,7 +31,7 @@ from ..core.ir import Graph, Node, substitute
 from ..core.loop_spec import loop_layout
 from ..core.ops import Op
 from ..core.ops_window import window, window_add
-from .nest_layout import Layout, window_or_take
+from .nest_layout import Forms, Layout, window_or_take
 
 #: Ops batched by rebuilding them on batched operands (numpy broadcasting aligns the batch
 #: axis: every batched operand has it in front, an unbatched one broadcasts over it).
@@ -61,6 +61,9 @@ MAX_FLAT = 1 << 22
 #: Whether a flattened nest whose inner trip counts are affine in the row reads and writes
 #: through windows of its ragged layout where its tables allow (:mod:`tapejit.passes.nest_layout`).
 WINDOWS = True
+#: Whether those windows are found from how the positions were built (affine forms, O(1))
+#: before evaluating the tables (O(pairs)); off, every table is evaluated and fitted.
+FORMS = True
 
 
 class Constants(Protocol):
@@ -347,6 +350,9 @@ class _Batcher:
         #: the iterations as a ragged layout (a flattened nest's pairs), when they are one:
         #: tables affine in its rows are windows (:mod:`tapejit.passes.nest_layout`)
         self.layout = layout
+        #: affine forms of the values built over the iterations (tables known without
+        #: evaluating them: :class:`tapejit.passes.nest_layout.Forms`)
+        self.forms = Forms(layout or Layout(n, 1, 0))
         #: id(inner loop) -> {offset of a carry: its batched value, (n, size)}
         self.loops: dict[int, dict[int, Node]] = {}
         #: (id(inner loop), offset of a carry) -> its scatter-add links over every iteration
@@ -446,6 +452,12 @@ class _Batcher:
             (src, sb), (tab, tb) = args
             if sb or not tb:
                 raise _NoRule("a gather from a value computed in the iteration")
+            width = n.args[1].shape[0]
+            if self.layout is not None and width == 1 and src.dtype == "f64" and src.ndim >= 1:
+                # positions affine in the pair (3*j + k, i): a window, nothing evaluated
+                attrs = self.layout.window(self.forms.of(tab), src.shape[0])
+                if attrs is not None:
+                    return ops.reshape(window(src, attrs), (N, *n.shape)), True
             # a table computed from constants (the clamped positions of a flattened nest):
             # one captured table, its entries checked as any table's are
             tab = self.fold(tab, rows=src.shape[0])
@@ -454,7 +466,6 @@ class _Batcher:
                 # x[i + c] over the iterations: rows first, first + 1, ... — a slice, read in order
                 rows = ops.index(src, ((first, first + N, 1),))
             else:
-                width = n.args[1].shape[0]
                 flat = ops.reshape(tab, (N * width,))
                 # the iterations' rows of positions as a layout: the nest's pairs, or a
                 # rectangle of N rows of the table's width (u[i + 1, j] of a stencil whose
@@ -490,7 +501,13 @@ class _Batcher:
         first = v.reshape(-1)[0]
         if np.all(v == first) and (n.dtype == "bool" or np.all(np.signbit(v) == np.signbit(first))):
             return ops.const(first.item(), n.shape, dtype=n.dtype)  # one value throughout
-        return self.consts.array(v.astype(np.float64)) if n.dtype == "f64" else n
+        if n.dtype != "f64":
+            return n
+        out = self.consts.array(v.astype(np.float64))
+        form = self.forms.of(n)
+        if form is not None:
+            self.forms.seed(out, form)
+        return out
 
     def scatter_link(self, link: tuple, shape: tuple) -> tuple:
         """A scatter-add link of the body (``(table, rows, sign, flat)``, one iteration's)
@@ -506,8 +523,12 @@ class _Batcher:
         t = ops.reshape(t if tb else ops.broadcast_to(t, (N, T)), (N * T,))
         r = r if rb else ops.broadcast_to(r, (N, *rows.shape))
         bound = int(np.prod(shape)) if flat else shape[0]
-        t = self.fold(t, rows=bound)
         attrs = None
+        if self.layout is not None and T == 1:
+            attrs = self.layout.window(self.forms.of(t), bound)
+            if attrs is not None:
+                return _Window(attrs), ops.reshape(r, (N * T, *rows.shape[1:])), sign, flat
+        t = self.fold(t, rows=bound)
         if self.layout is not None and T == 1:
             v = self._known(t)
             attrs = None if v is None else self.layout.attrs(v, bound)
@@ -532,6 +553,11 @@ class _Batcher:
         s = _strip(p)
         if s.op == Op.TAKE and s.args[1].shape == (self.n,) and s.type.size == p.type.size:
             src, tab = s.args
+            if layout is not None and self.layout is None:
+                f = self.forms.of(tab)  # rows alpha + beta*i: at pair (k, m), alpha + beta*k
+                attrs = layout.window(None if f is None else (f[0], f[1], 0.0), src.shape[0])
+                if attrs is not None and src.dtype == "f64":
+                    return ops.reshape(window(src, attrs), (P, *p.shape[1:]))
             composed = self.fold(take(tab, t_tab))
             known = None if layout is None else self.consts.value(composed)
             rows = window_or_take(src, composed, known, layout, take)
@@ -581,6 +607,13 @@ class _Batcher:
             params.append((self._rows_at(p, t_tab, P, layout), True) if pb and P else (p, False))
         counter = self.consts.array(k_of) if P else None
         sub = _Batcher(inner, P, counter, params, consts=self.consts, layout=layout) if P else None
+        if sub is not None and layout is not None and FORMS:
+            # the inner counter at pair (k, m) is start + m; the row table is k; windows of
+            # this loop's values have forms when this loop is the top level
+            sub.forms = Forms(layout, self.forms if self.layout is None and self.mask is None
+                              else None)  # fmt: skip
+            sub.forms.seed(counter, (spec.start, 0, 1))
+            sub.forms.seed(t_tab, (0, 1, 0))
         parts: dict[int, Node] = {}
         for k, (plan, seg) in enumerate(zip(plans, loop_layout(spec).carries)):
             init, ib = vals[lead + k]
@@ -595,7 +628,9 @@ class _Batcher:
                         links += [(t, r, sign * sg, fl) for t, r, sg, fl in inner_links]
                         continue
                     v, vb = sub.value(term)
-                    if vb and layout is not None:  # a sum per row of the layout
+                    if vb and layout is not None and sub.forms.of(v) == (0.0, 0.0, 0.0):
+                        per = ops.const(0.0, (N, *shape))  # zero throughout (an index check)
+                    elif vb and layout is not None:  # a sum per row of the layout
                         per = window_add(ops.const(0.0, (N, *shape)), v, layout.segments())
                     elif vb:
                         per = add_at(ops.const(0.0, (N, *shape)), t_tab, v)
@@ -716,6 +751,8 @@ def vectorise(loop: Node, counter: Node, consts: Constants | None = None) -> lis
         t = ops.sub(counter, ops.const(float(spec.start)))
         mask = ops.make(Op.LT, t, loop.args[0])
     b = _Batcher(body, N, counter, params, mask, consts)
+    if FORMS:
+        b.forms.seed(counter, (spec.start, 1, 0))
     out = []
     try:
         for c0, plan in zip(carries, plans):
