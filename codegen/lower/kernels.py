@@ -19,7 +19,8 @@ from ...core.ops import Op
 
 from .. import mathlib
 from .base import ELEM, ELEM_REG, F64, I64
-from .lowering import EMIT, Lowering, block_in_place, gather_affine, ragged_nest, window_element
+from .lowering import (EMIT, Lowering, block_in_place, gather_affine, ragged_nest, row_element,
+                       window_element)
 
 #: Vector iterations the loop vectoriser interleaves in long fused loops that evaluate
 #: polynomial math (exp, log, tanh...): their Horner chains are latency-bound, and four
@@ -62,17 +63,21 @@ def lower_fused_loop(L: Lowering, k) -> None:
         if n.op in ops.REDUCE:
             accs[id(n)] = L.accumulator(0.0 if n.op == Op.REDUCE_SUM else -math.inf)
     windows = [n for n in k.body if n.op == Op.WINDOW]
+    sinks = [n for n in k.body if n.op == Op.WINDOW_ADD]
+    for n in sinks:  # the result holds the accumulator before the loop adds into it
+        if n.args[0].op == Op.CONST or L.location(n) != L.location(n.args[0]):
+            L.copy_into(L.ptr(n), n.args[0])
     space = L.space(k)
     size = L.size(space)
     hint = _interleave(k, size)
-    if windows:
-        nest = ragged_nest(L, windows[0].attrs, space, hint)
+    if windows or sinks:
+        nest = ragged_nest(L, (windows or sinks)[0].attrs, space, hint)
     else:
         nest = L.nest(space) if gathers else L.loop(size, hint)
     with nest as idx:
-        if windows:
+        if windows or sinks:
             idx, row = idx
-        if gathers or windows:
+        if gathers or windows or sinks:
             i = L.flat(idx, space) if idx else I64(0)
         else:
             i, idx = idx, None
@@ -80,7 +85,7 @@ def lower_fused_loop(L: Lowering, k) -> None:
         for n in k.body:  # loads of operands in memory come first
             if n in gathers or n.op in ops.SCALAR_SPREADS or n.op == Op.WINDOW:
                 continue
-            for a in n.args:
+            for a in n.args[1:] if n.op == Op.WINDOW_ADD else n.args:  # not the accumulator
                 if (
                     a.shape != ()
                     and id(a) not in body_ids
@@ -108,6 +113,15 @@ def lower_fused_loop(L: Lowering, k) -> None:
                 v = L._load_elem(base, L.affine(idx, offset, strides), n.dtype)
             elif n.op == Op.WINDOW:
                 v = L._load_elem(L.ptr(n.args[0]), window_element(L, n, row, idx[1:]), n.dtype)
+            elif n.op == Op.WINDOW_ADD:
+                # out[a + c*k + d*m] += upd[p]; with d = 0 every position of a row adds into
+                # one element, reassociated (as the standalone window_add sums a row in a
+                # register) so that the row's additions can be a vector reduction
+                at = row_element(L, n.attrs, L.shape(n), row, idx[1:])
+                p = b.gep(L.ptr(n), [at], inbounds=True)
+                flags = ("reassoc",) if n.attrs[5] == 0 else ()
+                b.store(b.fadd(b.load(p), val(n.args[1]), flags=flags), p)
+                continue
             elif id(n) in accs:
                 acc = accs[id(n)]
                 x = val(n.args[0])

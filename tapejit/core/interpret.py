@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import ops
+from . import ops, ops_window
 from .ir import NUMPY_DTYPE, Graph, Node
 from .program import Program
 from .ops import Op
@@ -132,8 +132,15 @@ def _run_loop(prog: Program, k, env, view, read) -> None:
     accesses: operands in memory are loaded at the top of each iteration, stores follow."""
     members = {id(n) for n in k.body}
     gathers = {id(n) for n in k.body
-               if (n.op in ops.GATHERS and n.args[0].shape != ()) or n.op == Op.TAKE}  # fmt: skip
+               if (n.op in ops.GATHERS and n.args[0].shape != ())
+               or n.op in (Op.TAKE, Op.WINDOW)}  # fmt: skip
     acc: dict[int, Any] = {}
+    sinks = {}  # id(window_add) -> the row each flat position adds into
+    for n in k.body:
+        if n.op == Op.WINDOW_ADD:  # the result holds the accumulator before the loop
+            if n.args[0].op == Op.CONST or _location(prog, n) != _location(prog, n.args[0]):
+                view(n)[...] = read(n.args[0], {})
+            sinks[id(n)] = ops_window.positions(n.attrs)
     for n in k.body:
         if n.op == Op.REDUCE_SUM:
             acc[id(n)] = np.float64(0.0)
@@ -145,7 +152,7 @@ def _run_loop(prog: Program, k, env, view, read) -> None:
         for n in k.body:
             if id(n) in gathers or (n.op in ops.SCALAR_SPREADS and n.args[0].shape == ()):
                 continue
-            for a in n.args:
+            for a in n.args[1:] if id(n) in sinks else n.args:  # not a sink's accumulator
                 if (
                     a.shape != ()
                     and id(a) not in members
@@ -160,6 +167,11 @@ def _run_loop(prog: Program, k, env, view, read) -> None:
                 v = read(n.args[0], local)
             elif id(n) in gathers:
                 v = np.asarray(ops.OPS[n.op].ref(n.attrs, *(view(a) for a in n.args)))[idx]
+            elif id(n) in sinks:  # out[row of p, ...] += upd[p, ...]
+                u = local[id(n.args[1])] if id(n.args[1]) in local else \
+                    read(n.args[1], {}).reshape(-1)[flat]
+                view(n)[(int(sinks[id(n)][idx[0]]), *idx[1:])] += u
+                continue
             elif id(n) in acc:
                 x = (
                     local[id(n.args[0])]

@@ -36,6 +36,7 @@ import numpy as np
 
 from .ir import Node, Type
 from .ops import Op, const, defop, make
+from .ops import reshape as ops_reshape
 
 
 def layout_size(T: int, L0: int, dL: int) -> int:
@@ -48,14 +49,27 @@ def row_base(k, L0: int, dL: int):
     return L0 * k + dL * k * (k - 1) // 2
 
 
+def _unit_rows(x: Node) -> bool:
+    """Rows of one element (``(M, 1, ...)``): windowed as the ``(M,)`` values, so that the
+    loop over the window's positions is the same loop as its neighbours' over ``(P,)``."""
+    return x.ndim >= 2 and all(d == 1 for d in x.shape[1:])
+
+
 def window(x: Node, attrs: tuple) -> Node:
     """Rows ``x[a + c*k + d*m]`` for every ``(k, m)`` of the layout; ``attrs = (T, L0, dL, a,
     c, d)``."""
+    if _unit_rows(x):
+        w = make(Op.WINDOW, ops_reshape(x, (x.shape[0],)), attrs=tuple(attrs))
+        return ops_reshape(w, (w.shape[0], *x.shape[1:]))
     return make(Op.WINDOW, x, attrs=tuple(attrs))
 
 
 def window_add(acc: Node, upd: Node, attrs: tuple) -> Node:
     """``acc`` with ``upd[p(k, m)]`` added to row ``a + c*k + d*m``, in order of ``p``."""
+    if _unit_rows(acc) and upd.ndim >= 1 and upd.type.size == upd.shape[0]:
+        out = make(Op.WINDOW_ADD, ops_reshape(acc, (acc.shape[0],)),
+                   ops_reshape(upd, (upd.shape[0],)), attrs=tuple(attrs))  # fmt: skip
+        return ops_reshape(out, acc.shape)
     return make(Op.WINDOW_ADD, acc, upd, attrs=tuple(attrs))
 
 

@@ -15,6 +15,10 @@ Placement (greedy, in topological order, each node as early as its operands allo
   into the first loop over its iteration space at or after the kernel where its operands are
   ready. An operand computed in the same loop is read in the same iteration, so the chain needs
   no temporary; a reduction's result, or a gathered operand, is ready only after its loop;
+* a ``window_add`` (a *sink*) goes into the first loop over its updates' positions (and
+  their ragged layout) at or after the kernel where its accumulator is complete: each
+  iteration adds its update into the result, ready after the loop — the scatter-adds of a
+  pair loop's cotangents in the pass that computes them, no per-pair array;
 * other ops (``matmul``, partial reductions, scatters of arrays) get a loop nest of their own;
 * ``reshape`` of an array, and indexing that selects one contiguous block (``p[a:b]``,
   ``m[i]``), compute nothing: they alias their operand (a view at an element offset).
@@ -44,6 +48,11 @@ from ..core.ops import Op
 #: Recompute a value in a later loop when its recomputation costs at most this much.
 RECOMPUTE_BUDGET = 2
 
+#: Whether a ``window_add`` is a *sink* of the loop over its updates' positions (each
+#: iteration adds its update into the result, which is ready after the loop), rather than a
+#: loop of its own reading the updates back from memory.
+FUSE_SINKS = True
+
 #: Most nodes one fused loop takes. Independent work over one space (say, the weight slices of
 #: every layer) would otherwise pile into one loop whose size grows with the model; capped, it
 #: becomes a run of identical loops that codegen emits once (compile time stays linear).
@@ -60,7 +69,7 @@ def op_cost(n: Node) -> int:
 
 def classify(n: Node) -> str:
     """How ``n`` is scheduled: ``leaf``, ``scalar``, ``point``, ``body``, ``gather``,
-    ``reduce``, ``alias`` or ``op`` (see the module docstring). Nodes are immutable, so the
+    ``reduce``, ``sink``, ``alias`` or ``op`` (see the module docstring). Nodes are immutable, so the
     answer is kept on the node (its ``_sched`` slot)."""
     c = n._sched
     if c is None:
@@ -88,6 +97,8 @@ def _classify(n: Node) -> str:
         and ops.index_view_offset(n.args[0].shape, n.attrs) is not None
     ):
         return "alias"  # a contiguous block: a view at an offset, no copy
+    if n.op == Op.WINDOW_ADD and FUSE_SINKS and n.args[1].shape != ():
+        return "sink"  # its updates added into its result in the loop that computes them
     if n.op in (Op.INDEX, Op.TRANSPOSE, Op.WINDOW):
         return "point" if n.shape == () else "gather"
     if n.op == Op.TAKE:  # rows at a table's positions, read in the loop that uses them
@@ -100,6 +111,8 @@ def _classify(n: Node) -> str:
 
 
 def space_of(n: Node, cls: str) -> tuple[int, ...]:
+    if cls == "sink":
+        return n.args[1].shape  # the updates' positions
     return n.args[0].shape if cls == "reduce" else n.shape
 
 
@@ -150,6 +163,10 @@ def _must_materialise(g: Graph, cls: dict[int, str]) -> set[int]:
     for n in g.nodes:
         c = cls[id(n)]
         if c in ("leaf", "scalar", "body", "reduce"):
+            continue
+        if c == "sink":  # the accumulator is copied (or updated in place) before the loop;
+            if n.args[0].op != Op.CONST:  # a constant one is a fill of the result there
+                must.add(id(alias_root(n.args[0])))
             continue
         for k, a in enumerate(n.args):
             if k == 0 and n.op in ops.SCATTER and a.op == Op.CONST:
@@ -212,7 +229,10 @@ def fuse(g: Graph) -> Schedule:
         if c == "leaf":
             c = cls[id(n)] = "body"  # a constant fill that must be in memory: a store loop
         ew = reads_elementwise(c)
-        ready = max((avail(a, ew and a.shape != ()) for a in n.args), default=0)
+        if c == "sink":  # the accumulator complete before the loop, the updates in it
+            ready = max(avail(n.args[0], False), avail(n.args[1], True))
+        else:
+            ready = max((avail(a, ew and a.shape != ()) for a in n.args), default=0)
         if c in ("scalar", "point"):
             kernel(ready).pre.append(n)
             home[id(n)] = (ready, "pre")
@@ -228,7 +248,7 @@ def fuse(g: Graph) -> Schedule:
         # with windows as a nest over their layout's rows, codegen/lower/window.py)
         space = space_of(n, c)
         same = open_.setdefault(space, [])
-        if n.op == Op.WINDOW:
+        if n.op in (Op.WINDOW, Op.WINDOW_ADD):
             layout = n.attrs[:3]
             i = bisect.bisect_left(same, ready)
             while i < len(same) and layouts.get(same[i], layout) != layout:
@@ -285,7 +305,7 @@ def fuse(g: Graph) -> Schedule:
 def _layouts_agree(body, clone) -> bool:
     """Whether recomputing ``clone`` in a loop with ``body`` keeps one ragged layout (the
     ``(T, L0, dL)`` of its windows, :mod:`tapejit.core.ops_window`) in it."""
-    got = {n.attrs[:3] for n in (*body, *clone) if n.op == Op.WINDOW}
+    got = {n.attrs[:3] for n in (*body, *clone) if n.op in (Op.WINDOW, Op.WINDOW_ADD)}
     return len(got) <= 1
 
 

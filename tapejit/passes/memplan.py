@@ -11,7 +11,8 @@ in memory a :class:`~tapejit.core.program.Slot`:
 * *in-place reuse*: a fused loop writes a value into the buffer of an operand it reads at the
   same element when that operand dies in this loop and no gather in the loop reads it (every
   iteration loads its operands before it stores); a scatter-add updates its accumulator in place
-  when the accumulator dies there. Values sharing a buffer form one *buffer class*;
+  when the accumulator dies there, and so does a loop's sink (``window_add``) when nothing else
+  in the loop reads the accumulator. Values sharing a buffer form one *buffer class*;
 * a buffer class holding an output lives in the caller's output array (``out``): gradients are
   written straight there — unless the class is written before the last guard is checked (a
   failed guard must leave the outputs untouched). Those, outputs that are inputs, and outputs
@@ -144,6 +145,21 @@ def plan(g: Graph, donate: dict[int, int] | None = None) -> Program:
             ):
                 classes.union(id(n), r)
                 claimed.add(r)
+        elif n.op == Op.WINDOW_ADD and stage == "body" and id(n) in mat:
+            # a sink: in place over its accumulator when the accumulator dies in this loop and
+            # nothing else in the loop reads it (the loop adds at rows other than its own)
+            acc, upd = n.args
+            r = id(alias_root(acc))
+            readers = [x for x in bodies[t] if any(id(alias_root(a)) == r for a in x.args)]
+            if (
+                _dies_at(r, t, last, mat, outputs, claimed)
+                and readers == [n]
+                and id(alias_root(upd)) != r
+                and _view_offset(acc) == 0
+                and byid[r].type.size == acc.type.size
+            ):
+                classes.union(id(n), r)
+                claimed.add(r)
         elif stage == "body" and id(n) in mat and define[id(n)] == t:
             hit = hazards.get(t)
             if hit is None:
@@ -152,7 +168,7 @@ def plan(g: Graph, donate: dict[int, int] | None = None) -> Program:
                 gathered = {
                     id(alias_root(a))
                     for x in bodies[t]
-                    if classify(x) == "gather"
+                    if classify(x) in ("gather", "sink")
                     for a in x.args
                     if a.shape != ()  # the operand, and a take's table
                 } | {
