@@ -1,6 +1,8 @@
-"""Nests of converted loops flattened into one iteration space (tapejit/passes/vectorise.py,
-``_split_loops`` and ``_Batcher._inner_loop``): ``for i: for j in range(...): e += term(i, j)``
-becomes gathers over constant tables of the pairs ``(i, j)``, one kernel, sums and scatter-adds
+"""Nests of converted loops flattened into one iteration space (``_split_loops`` in
+tapejit/passes/accumulation.py, ``_Batcher._inner_loop`` in tapejit/passes/vectorise.py):
+``for i: for j in range(...): e += term(i, j)`` becomes gathers over the pairs ``(i, j)`` —
+windows of their ragged layout where the inner bounds are affine in ``i``
+(tapejit/passes/nest_layout.py), constant tables otherwise — one kernel, sums and scatter-adds
 — whatever the inner bounds (``range(i + 1, n)``, ``range(i)``, a table's rows), with branches
 on per-pair values, statements around the inner loop and nests three deep.
 
