@@ -175,6 +175,13 @@ CONVERTED_FORMS = {  # loops and branches converted from the source (tapejit/fro
                  "        continue",
                  "    w = 2.0 if {m}[i] > 0.2 else 0.5",
                  "    {v} += w * {m}[i] ** 2"],
+    # a loop left on a traced condition (the exit moves with the data)
+    "break": ["{v} = 0.0",
+              "for i in range(len({m})):",
+              "    {v} += np.sin({m}[i]) * 0.3",
+              "    if {v} > 0.6:",
+              "        break",
+              "    {v} += {m}[i] ** 2 * 0.1"],
     # a nest with a traced inner bound, reading an index table
     "nest": ["{v} = 0.0",
              "for i in range(len({m})):",

@@ -29,10 +29,10 @@ and a branch whose bodies only assign (names, or elements ``y[i] = v``) ::
 values whose cotangent is masked by the condition). Element reads ``t[k]`` become
 ``_tj_getitem(t, k)`` (a numpy table read at a traced position is a gather), and conditions
 ``a and b``, ``not a``, ``a < b < c`` become ``_tj_and``/``_tj_or``/``_tj_not`` calls that keep
-Python's short-circuit on plain values. ``continue`` at the end of a branch becomes an
-``else`` around the rest of the body first. What is not convertible — a branch that returns,
-raises or calls a method that mutates, a loop with ``break``, ``return``, ``try``, attribute
-stores or a target read after it — stays as written.
+Python's short-circuit on plain values. ``continue`` at the end of a branch and ``break``
+become branches on a flag first (:mod:`~tapejit.frontend.convert.exits`). What is not
+convertible — a branch that returns, raises or calls a method that mutates, a loop with
+``return``, ``try``, attribute stores or a target read after it — stays as written.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from .exits import Breaks, Continues
 from .liveness import Liveness, modified, reads, target_names
 
 #: Names of the operators the rewritten code calls (cells of the rewritten function).
@@ -93,65 +94,6 @@ def _tuple(names: list[str], ctx) -> ast.Tuple:
     return ast.Tuple([ast.Name(n, ctx()) for n in names], ctx())
 
 
-def _ends_with_continue(block: list[ast.stmt]) -> bool:
-    return bool(block) and isinstance(block[-1], ast.Continue)
-
-
-def _has_continue(stmts: list[ast.stmt]) -> bool:
-    """Whether a ``continue`` of the enclosing loop occurs in ``stmts`` (not in inner loops)."""
-    todo = list(stmts)
-    while todo:
-        n = todo.pop()
-        if isinstance(n, ast.Continue):
-            return True
-        if isinstance(n, (ast.For, ast.While, ast.AsyncFor, ast.FunctionDef, ast.Lambda,
-                          ast.AsyncFunctionDef, ast.ClassDef)):  # fmt: skip
-            todo.extend(n.orelse if isinstance(n, (ast.For, ast.While, ast.AsyncFor)) else [])
-            continue
-        todo.extend(ast.iter_child_nodes(n))
-    return False
-
-
-def without_continue(block: list[ast.stmt]) -> list[ast.stmt]:
-    """``block`` (a loop body) with each ``if c: A; continue`` + rest turned into ``if c: A
-    else: rest`` (and the mirror for ``else: ...; continue``); a trailing ``continue`` dropped.
-    Continues elsewhere are left (the loop is then not converted)."""
-    out: list[ast.stmt] = []
-    for k, st in enumerate(block):
-        if isinstance(st, ast.Continue) and k == len(block) - 1:
-            return out
-        if isinstance(st, ast.If):
-            rest = block[k + 1 :]
-            if _ends_with_continue(st.body) and not _has_continue(st.body[:-1] + st.orelse):
-                new = ast.If(st.test, st.body[:-1] or [ast.Pass()],
-                             without_continue(st.orelse + rest) or [ast.Pass()])  # fmt: skip
-                out.append(ast.copy_location(new, st))
-                return out
-            if _ends_with_continue(st.orelse) and not _has_continue(st.body + st.orelse[:-1]):
-                new = ast.If(st.test, without_continue(st.body + rest) or [ast.Pass()],
-                             st.orelse[:-1])  # fmt: skip
-                out.append(ast.copy_location(new, st))
-                return out
-        out.append(st)
-    return out
-
-
-class _Continues(ast.NodeTransformer):
-    """Applies :func:`without_continue` to the body of every loop of a function."""
-
-    def visit_For(self, node):
-        self.generic_visit(node)
-        node.body = without_continue(node.body) or [ast.Pass()]
-        return node
-
-    visit_While = visit_For
-
-    def visit_FunctionDef(self, node):
-        return node  # nested functions stay as they are
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
-
-
 def _mutating_call(n: ast.AST) -> bool:
     return (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
             and n.func.attr in MUTATORS)  # fmt: skip
@@ -180,8 +122,9 @@ class Converter(ast.NodeTransformer):
 
     def __init__(self, fn: ast.FunctionDef, locals_: set[str]):
         self.fn = fn
-        _Continues().visit(fn)
+        Continues().visit(fn)
         _single_return(fn)
+        Breaks(fn, loop_shape_ok).rewrite()
         self.live = Liveness(fn)
         self.locals = set(locals_) | modified(fn.body)
         for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
@@ -379,30 +322,10 @@ class Converter(ast.NodeTransformer):
     # -- loops ------------------------------------------------------------------------------
     def _loop_ok(self, node: ast.For) -> str | None:
         """Why loop ``node`` cannot be converted, or ``None``."""
-        if node.orelse:
-            return "the loop has an else clause"
-        if not _simple_store(node.target) or any(
-            isinstance(t, ast.Subscript) for t in ast.walk(node.target)
-        ):
-            return "its target is not a name or a tuple of names"
-        for st in node.body:
-            for n in _walk_own(st):
-                if isinstance(n, ast.FunctionDef) and not n.name.startswith("_tj_"):
-                    return "its body defines a function"
-                if isinstance(n, _NOT_IN_BODY):
-                    return f"its body has a {_STATEMENT.get(type(n), type(n).__name__)}"
-                if isinstance(n, ast.Continue):
-                    return "a continue that does not end a branch"
-                if _mutating_call(n):
-                    return f"its body calls .{n.func.attr}(), which changes an object"
-                if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, ast.Store):
-                    if not (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)):
-                        return "its body stores into an attribute or a nested element"
-                if isinstance(n, ast.While):
-                    return "its body has a while loop"
-        if target_names(node.target) & self.live.live_after(node):
+        why = loop_shape_ok(node)
+        if why is None and target_names(node.target) & self.live.live_after(node):
             return "the loop variable is read after the loop"
-        return None
+        return why
 
     def visit_For(self, node: ast.For):
         why = self._loop_ok(node)
@@ -441,6 +364,33 @@ class Converter(ast.NodeTransformer):
             if it.func.id in table and not any(isinstance(a, ast.Starred) for a in it.args):
                 return ast.copy_location(ast.Call(_name(table[it.func.id]), it.args, []), it)
         return it
+
+
+def loop_shape_ok(node: ast.For) -> str | None:
+    """Why loop ``node`` cannot be converted, from its own statements (not what is read after
+    it), or ``None``."""
+    if node.orelse:
+        return "the loop has an else clause"
+    if not _simple_store(node.target) or any(
+        isinstance(t, ast.Subscript) for t in ast.walk(node.target)
+    ):
+        return "its target is not a name or a tuple of names"
+    for st in node.body:
+        for n in _walk_own(st):
+            if isinstance(n, ast.FunctionDef) and not n.name.startswith("_tj_"):
+                return "its body defines a function"
+            if isinstance(n, _NOT_IN_BODY):
+                return f"its body has a {_STATEMENT.get(type(n), type(n).__name__)}"
+            if isinstance(n, ast.Continue):
+                return "a continue that does not end a branch"
+            if _mutating_call(n):
+                return f"its body calls .{n.func.attr}(), which changes an object"
+            if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, ast.Store):
+                if not (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)):
+                    return "its body stores into an attribute or a nested element"
+            if isinstance(n, ast.While):
+                return "its body has a while loop"
+    return None
 
 
 def _element_writes(stmts: list[ast.stmt]) -> set[str]:
