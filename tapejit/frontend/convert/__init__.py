@@ -10,6 +10,8 @@ be converted, the statement runs exactly as written.
 
 * :mod:`~tapejit.frontend.convert.liveness` — which names each statement's successors read
   (the carries of a loop and the outputs of a branch are the names it assigns that are live);
+* :mod:`~tapejit.frontend.convert.exits` — ``continue`` and ``break`` rewritten into
+  branches on a flag first (a loop left on a traced condition compiles once);
 * :mod:`~tapejit.frontend.convert.transform` — the AST rewrite (which statements are
   convertible, and the functions and calls they become);
 * :mod:`~tapejit.frontend.convert.runtime` — the operators the rewritten code calls, by name:
