@@ -182,6 +182,11 @@ CONVERTED_FORMS = {  # loops and branches converted from the source (tapejit/fro
               "    if {v} > 0.6:",
               "        break",
               "    {v} += {m}[i] ** 2 * 0.1"],
+    # a list appended to once an iteration, its last element read back (a loop output)
+    "append": ["{F} = [{m}[0]]",
+               "for i in range(1, len({m})):",
+               "    {F}.append(np.sin({F}[-1]) * 0.5 + {m}[i])",
+               "{v} = sum({F}) * 0.1 + np.sum(np.stack({F}[1:]) ** 2) * 0.05"],
     # a nest with a traced inner bound, reading an index table
     "nest": ["{v} = 0.0",
              "for i in range(len({m})):",

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ...core import ops
 from .. import dynamic_index
 from ..control import _loop
 from ..errors import TracingError
@@ -187,56 +188,98 @@ def _carriable(v: Any) -> bool:
     return isinstance(v, np.ndarray) and v.dtype.kind in "fiub" and v.ndim >= 0
 
 
-def _python(it: Any, body: Callable, values: tuple) -> tuple:
+def _python(it: Any, body: Callable, values: tuple, appends: int = 0) -> tuple:
+    """The loop as written; with ``appends``, the body's last ``appends`` results are each
+    iteration's appended values, returned after the carries as one list per appended list."""
     carries = values
+    rows: list[list] = [[] for _ in range(appends)]
     try:
         for item in it:
-            carries = body(item, *carries)
+            out = body(item, *carries)
+            if appends:
+                carries = out[: len(out) - appends]
+                for r, v in zip(rows, out[len(out) - appends :]):
+                    r.append(v)
+            else:
+                carries = out
     except NameError as e:
         raise _unbound(e) from None
-    return carries
+    return (*carries, *rows) if appends else carries
 
 
-def for_stmt(it: Any, body: Callable, values: tuple, line: int, inplace: tuple = ()) -> tuple:
+def _appended(v: Any) -> Any:
+    """An appended value a converted loop stacks over its iterations (a number or a numeric
+    array); anything else raises, and the loop runs as written."""
+    if not _carriable(v):
+        raise TracingError(f"it appends a {type(v).__name__}, not a number or a numeric array")
+    return v
+
+
+def for_stmt(it: Any, body: Callable, values: tuple, line: int, inplace: tuple = (),
+             appends: int = 0) -> tuple:  # fmt: skip
     """``for item in it: values = body(item, *values)`` (see the module docstring).
-    ``inplace``: positions of the values whose elements the body writes."""
+    ``inplace``: positions of the values whose elements the body writes; ``appends``: how many
+    of the body's results after the carries are values appended to lists
+    (:mod:`~tapejit.frontend.convert.appends`), returned after the carries as one list of
+    rows each."""
+    run = lambda vals: _python(it, body, vals, appends)  # noqa: E731
     if not _tracing():
-        return _python(it, body, values)
+        return run(values)
     plan = _plan(it)
     if isinstance(plan, str):
         if not _few(it):
             _note(line, plan)
-        return _python(it, body, _traced_writes(values, inplace))
+        return run(_traced_writes(values, inplace))
     bad = [k for k, v in enumerate(values) if not _carriable(v)]
     if bad:
         _note(line, "a value the loop updates is not a number or a numeric array "
                     f"({type(values[bad[0]]).__name__})")  # fmt: skip
-        return _python(it, body, values)
+        return run(values)
     shared = [k for k in inplace if _aliased(values[k]) or _read_only(values[k])]
     if shared:
         _note(line, "an array the loop writes into is also reachable another way (another "
                     "name, a container, a view, the caller): converted, the writes would not "
                     "reach it")  # fmt: skip
-        return _python(it, body, values)
+        return run(values)
     why = purity.why_not(body)
     if why:
         _note(line, f"its body must run every iteration: {why}")
-        return _python(it, body, values)
+        return run(values)
     n, start, item, steps = plan
+    if appends and steps is not None:
+        _note(line, "it appends to a list, and its trip count is traced")
+        return run(values)
     if n == 0:
-        return values
+        return (*values, *([] for _ in range(appends)))
     done: dict = {}
+    nc = len(values)
+
+    def step(k, c, xs):
+        out = tuple(body(item(k), *c))
+        return out[:nc], (tuple(_appended(v) for v in out[nc:]) if appends else None)
+
     try:
-        carry, _ = _loop(
-            lambda k, c, xs: (tuple(body(item(k), *c)), None),
-            tuple(values), [], n, start=start, name=f"the loop at line {line}", steps=steps,
-            vectorise=done if VECTORISE else False,
-        )  # fmt: skip
+        carry, ys = _loop(step, tuple(values), [], n, start=start,
+                          name=f"the loop at line {line}", steps=steps, ys=bool(appends),
+                          vectorise=done if VECTORISE else False)  # fmt: skip
     except (TracingError, TypeError, ValueError, IndexError, NotImplementedError) as e:
         _note(line, f"its body cannot be traced once for every iteration: {e}")
-        return _python(it, body, values)
+        return run(values)
     _event("loops", line)
     if done.get("vectorised"):
         _event("vectorised", line)
-    carry = tuple(carry)
-    return tuple(_rebind(values[k], c) if k in inplace else c for k, c in enumerate(carry))
+    carry = tuple(_rebind(values[k], c) if k in inplace else c for k, c in enumerate(carry))
+    if not appends:
+        return carry
+    return (*carry, *(_rows(y, n) for y in ys))
+
+
+def _rows(y: Tracer, n: int) -> list:
+    """The ``n`` rows of a loop's stacked output, as the list of values it appended: a scalar
+    row is an element of ``y`` (``np.array(rows)`` is then ``y`` itself), an array row
+    ``y[j]`` (``np.stack(rows)`` is ``y``: :func:`~tapejit.frontend.numpy.np_shape.row_runs`)."""
+    from ..numpy.np_assemble import Element  # (the numpy layer imports this package)
+
+    if y.ndim == 1:
+        return [Element(y, j, (j,)) for j in range(n)]
+    return [Tracer(ops.index(y.node, (j,)), level=y.level) for j in range(n)]

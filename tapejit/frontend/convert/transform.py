@@ -40,6 +40,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from .appends import Appends
 from .exits import Breaks, Continues
 from .liveness import Liveness, modified, reads, target_names
 
@@ -47,7 +48,7 @@ from .liveness import Liveness, modified, reads, target_names
 OPERATORS = ("_tj_for_stmt", "_tj_if_stmt", "_tj_ifexp", "_tj_args", "_tj_and", "_tj_or",
              "_tj_not", "_tj_getitem", "_tj_range", "_tj_enumerate", "_tj_zip", "_tj_mkslice",
              "_tj_to_int", "_tj_aug", "_tj_kept", "_tj_setitem", "_tj_max2",
-             "_tj_min2")  # fmt: skip
+             "_tj_min2", "_tj_last", "_tj_sum")  # fmt: skip
 
 #: Method names that change their object: a body calling one on a name is not converted
 #: (the call would run once while tracing instead of once per iteration).
@@ -124,6 +125,7 @@ class Converter(ast.NodeTransformer):
         self.fn = fn
         Continues().visit(fn)
         _single_return(fn)
+        Appends(fn, loop_shape_ok).rewrite()
         Breaks(fn, loop_shape_ok).rewrite()
         self.live = Liveness(fn)
         self.locals = set(locals_) | modified(fn.body)
@@ -230,6 +232,10 @@ class Converter(ast.NodeTransformer):
         if (isinstance(node.func, ast.Name) and node.func.id == "int" and len(node.args) == 1
                 and not node.keywords and not self.scope and "int" not in self.locals):  # fmt: skip
             return ast.copy_location(_call("_tj_to_int", node.args[0]), node)
+        if (isinstance(node.func, ast.Name) and node.func.id == "sum" and 1 <= len(node.args) <= 2
+                and not node.keywords and not self.scope and "sum" not in self.locals
+                and not any(isinstance(a, ast.Starred) for a in node.args)):  # fmt: skip
+            return ast.copy_location(_call("_tj_sum", *node.args), node)
         if (isinstance(node.func, ast.Name) and node.func.id in ("max", "min")
                 and len(node.args) == 2 and not node.keywords and not self.scope
                 and node.func.id not in self.locals
@@ -345,16 +351,22 @@ class Converter(ast.NodeTransformer):
         self.count += 1
         self.loops += 1
         names = sorted(carried)
+        apps = getattr(node, "_tj_appends", [])  # (list, output) pairs: see .appends
+        outs = [*names, *(out for _, out in apps)]
         bind = ast.Assign([node.target], _name("_tj_item"))
         body = ast.FunctionDef(f"_tj_loop_{k}", _args(["_tj_item", *names]),
-                               [bind, *node.body, ast.Return(_tuple(names, ast.Load))],
+                               [bind, *node.body, ast.Return(_tuple(outs, ast.Load))],
                                [], None, None)  # fmt: skip
         inplace = tuple(k for k, n in enumerate(names) if n in written)
         call = _call("_tj_for_stmt", self._iterable(node.iter), _name(body.name),
                      _getters(names), ast.Constant(node.lineno),
-                     ast.Constant(inplace))  # fmt: skip
-        use = ast.Assign([_tuple(names, ast.Store)], call) if names else ast.Expr(call)
-        return _located([body, use], node)
+                     ast.Constant(inplace), ast.Constant(len(apps)))  # fmt: skip
+        rows = [f"_tj_rows_{lst}" for lst, _ in apps]
+        targets = [*names, *rows]
+        use = ast.Assign([_tuple(targets, ast.Store)], call) if targets else ast.Expr(call)
+        extend = [ast.Expr(ast.Call(ast.Attribute(_name(lst), "extend", ast.Load()),
+                                    [_name(r)], [])) for (lst, _), r in zip(apps, rows)]  # fmt: skip
+        return _located([body, use, *extend], node)
 
     @staticmethod
     def _iterable(it: ast.expr) -> ast.expr:
@@ -438,7 +450,7 @@ def _located(stmts: list[ast.stmt], where: ast.stmt) -> list[ast.stmt]:
 
 #: Built-ins the rewrite replaces by operators: a function that binds one of these names keeps
 #: its statements as written.
-_BUILTINS_USED = frozenset({"range", "enumerate", "zip", "slice", "int", "max", "min"})
+_BUILTINS_USED = frozenset({"range", "enumerate", "zip", "slice", "int", "max", "min", "sum"})
 
 
 def _returns_in(node: ast.AST) -> bool:

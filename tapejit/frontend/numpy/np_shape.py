@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from typing import Any
 
 import numpy as np
 
@@ -117,13 +118,49 @@ def _concatenate(arrays, axis=0, out=None, dtype=None, casting=None):
     return r
 
 
+def row_runs(parts: list) -> list[tuple[int, int, Any]]:
+    """``parts`` (traced values) cut into maximal runs ``[i, j)`` of consecutive rows
+    ``a[k], a[k + 1], ...`` of one traced array ``a`` (the rows a converted loop's appends hand
+    back): ``(i, j, a[k:k + j - i])`` for each run of two or more, the others left out."""
+    out, i, n = [], 0, len(parts)
+    while i < n:
+        node = parts[i].node
+        j = i + 1
+        if node.op == Op.INDEX and len(node.attrs) == 1 and isinstance(node.attrs[0], int):
+            base, k = node.args[0], node.attrs[0]
+            while j < n:
+                m = parts[j].node
+                if not (m.op == Op.INDEX and m.args[0] is base and m.attrs == (k + j - i,)):
+                    break
+                j += 1
+            if j - i >= 2:
+                rows = Tracer(base, _UNSET, parts[i].level)
+                if (k, j - i) != (0, base.shape[0]):
+                    rows = Tracer(ops.index(base, ((k, k + j - i, 1),)), _UNSET, parts[i].level)
+                out.append((i, j, rows))
+        i = j
+    return out
+
+
 def _stack(arrays, axis=0, out=None, dtype=None, casting=None):
+    _no_out(out, "stack")
     parts = [_t(a) for a in arrays]
     if not parts:
         raise _fail("need at least one array to stack")
     if any(p.shape != parts[0].shape for p in parts):
         raise _fail("all input arrays must have the same shape")
     axis = _axis(axis, parts[0].ndim + 1)
+    runs = row_runs(parts) if len(parts) > 2 else []
+    if runs:  # consecutive rows of one array: a slice of it, not one piece per row
+        pieces, at = [], 0
+        for i, j, rows in runs:
+            pieces += [_expand_dims(p, 0) for p in parts[at:i]] + [rows]
+            at = j
+        pieces += [_expand_dims(p, 0) for p in parts[at:]]
+        whole = pieces[0] if len(pieces) == 1 else _concatenate(pieces, 0)
+        if axis == 0:
+            return whole
+        return _moveaxis(whole, 0, axis)
     return _concatenate([_expand_dims(p, axis) for p in parts], axis, out)
 
 
