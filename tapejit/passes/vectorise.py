@@ -419,6 +419,29 @@ class _Batcher:
         self.loops[id(loop)] = parts
         return loop, True
 
+    def progression(self, t: Node, rows: int) -> int | None:
+        """The first row when the batched positions ``t`` (one per iteration) are known when
+        compiling to be ``first, first + 1, ...`` inside ``rows`` rows (``f[i + 1] += ...``
+        over a range): the rows are then a slice, not a table, else ``None``."""
+        if t.type.size != self.n:
+            return None
+        if FORMS:
+            f = self.forms.of(t)
+            if f is not None and f[1:] == (1.0, 0.0) and f[0] == int(f[0]):
+                first = int(f[0])
+                return first if 0 <= first and first + self.n <= rows else None
+        if self.consts is None:
+            return None
+        v = self.consts.value(t)
+        if v is None or v.size != self.n:
+            return None
+        v = np.ravel(v)
+        first = v[0]
+        if first != int(first) or np.any(v != first + np.arange(self.n)):
+            return None
+        first = int(first)
+        return first if 0 <= first and first + self.n <= rows else None
+
     def _counter_offset(self, table: Node) -> int | None:
         """The first row a one-entry table reads when it is the counter plus a whole constant
         (``x[i]``, ``x[i + 1]``: consecutive rows over the iterations), else ``None``."""
@@ -524,7 +547,14 @@ def vectorise(loop: Node, counter: Node, consts: Constants | None = None) -> lis
                 if not tb:
                     raise _NoRule("a put at a fixed row")
                 r = r if rb else ops.broadcast_to(r, (N, *plan[2].shape))
-                out.append(put(c0, ops.reshape(t, (N,)), ops.reshape(r, (N, *plan[2].shape[1:]))))
+                r = ops.reshape(r, (N, *plan[2].shape[1:]))
+                first = b.progression(t, c0.shape[0])
+                if first is None:
+                    out.append(put(c0, ops.reshape(t, (N,)), r))
+                elif (first, N) == (0, c0.shape[0]):  # every row written, in order
+                    out.append(r)
+                else:  # rows first, first + 1, ...: a slice
+                    out.append(ops.scatter(c0, r, ((first, first + N, 1),)))
             elif plan[0] == "sum":
                 total = c0
                 for sign, term in plan[1]:
@@ -543,7 +573,14 @@ def vectorise(loop: Node, counter: Node, consts: Constants | None = None) -> lis
                 acc = c0
                 for link in plan[1]:
                     t, r, sign, flat = b.scatter_link(link, c0.shape)
-                    acc = _add_link(acc, t, r if sign > 0 else ops.neg(r), flat)
+                    r = r if sign > 0 else ops.neg(r)
+                    first = None if flat or isinstance(t, _Window) else \
+                        b.progression(t, c0.shape[0])
+                    if first is not None and r.shape[:1] == (N,):
+                        # f[i + c] += v over a range: an addition into a slice, in order
+                        acc = ops.make(Op.SCATTER_ADD, acc, r, attrs=((first, first + N, 1),))
+                        continue
+                    acc = _add_link(acc, t, r, flat)
                 out.append(acc)
     except (_NoRule, ValueError, TypeError):
         return None
