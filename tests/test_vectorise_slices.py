@@ -1,6 +1,7 @@
 """Element loops over a range whose writes land on consecutive rows (``f[i] += t``,
 ``f[i + 1] -= t``, ``xn[i] = ...``): vectorised, their positions are slices — a
-``scatter_add`` into ``f[0:n-1]``, the row values themselves for a write of every row — not
+``window_add`` of rows of one into ``f[0:n-1]`` (a sink of the kernel computing ``t``), a
+``scatter`` into a slice, the row values themselves for a write of every row — not
 tables of positions (:meth:`tapejit.passes.vectorise._Batcher.progression`). Inside a time
 loop this is what its body runs each step. Checked: no ``add_at``/``put`` is left in any loop
 body, and the gradient agrees with the function traced as written (the IR interpreter, rtol

@@ -577,8 +577,9 @@ def vectorise(loop: Node, counter: Node, consts: Constants | None = None) -> lis
                     first = None if flat or isinstance(t, _Window) else \
                         b.progression(t, c0.shape[0])
                     if first is not None and r.shape[:1] == (N,):
-                        # f[i + c] += v over a range: an addition into a slice, in order
-                        acc = ops.make(Op.SCATTER_ADD, acc, r, attrs=((first, first + N, 1),))
+                        # f[i + c] += v over a range: rows first, first + 1, ... — a window
+                        # of rows of one (fused into the pass that computes v, as a sink)
+                        acc = window_add(acc, r, (N, 1, 0, first, 1, 0))
                         continue
                     acc = _add_link(acc, t, r, flat)
                 out.append(acc)
