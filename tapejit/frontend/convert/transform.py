@@ -135,6 +135,7 @@ class Converter(ast.NodeTransformer):
             if a is not None:
                 self.locals.add(a.arg)
         self.count = 0
+        self.kept = 0  # loops and branches left as written, with a note of why
         self.loops = 0
         self.branches = 0
         self.scope = 0  # > 0 inside a comprehension or lambda: expressions stay as they are
@@ -306,6 +307,7 @@ class Converter(ast.NodeTransformer):
         node.orelse = self._stmts(node.orelse)
         test = self.visit(node.test)
         if not ok:  # a guard where the test is traced: say why
+            self.kept += 1
             node.test = _call("_tj_kept", ast.Constant(node.lineno), ast.Constant(why),
                               self._test(test))  # fmt: skip
             return _located([node], node)[0]
@@ -345,6 +347,7 @@ class Converter(ast.NodeTransformer):
         node.iter = self.visit(node.iter)
         node.orelse = self._stmts(node.orelse)
         if not ok:
+            self.kept += 1
             note = ast.Expr(_call("_tj_kept", ast.Constant(node.lineno), ast.Constant(why)))
             return _located([note], node) + [node]
         k = self.count
@@ -396,6 +399,12 @@ def loop_shape_ok(node: ast.For) -> str | None:
             if isinstance(n, ast.Continue):
                 return "a continue that does not end a branch"
             if _mutating_call(n):
+                if n.func.attr == "append" and isinstance(n.func.value, ast.Name):
+                    L = n.func.value.id
+                    return (f"its body calls {L}.append(), and the loop cannot own {L} (it "
+                            f"converts with one {L}.append(v) per iteration at the body's top "
+                            f"level, {L} read only as {L}[-1], a list the function made and "
+                            "never shares, and no break)")  # fmt: skip
                 return f"its body calls .{n.func.attr}(), which changes an object"
             if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, ast.Store):
                 if not (isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)):
@@ -522,7 +531,8 @@ def _single_return(fn: ast.FunctionDef) -> None:
 
 
 def convert(fn: ast.FunctionDef, locals_: set[str]) -> int:
-    """Rewrite ``fn`` in place; returns how many loops and branches were converted. Builtins
+    """Rewrite ``fn`` in place; returns how many loops and branches were converted or kept
+    with a note (a function with either runs rewritten: the notes reach ``stats``). Builtins
     shadowed by the function's own names (``range = ...``) keep the statement as written."""
     if any(isinstance(n, (ast.Global, ast.Nonlocal)) for n in ast.walk(fn)):
         return 0
@@ -530,4 +540,4 @@ def convert(fn: ast.FunctionDef, locals_: set[str]) -> int:
     if cv.locals & _BUILTINS_USED:
         return 0
     cv.visit(fn)
-    return cv.count
+    return cv.count + cv.kept
