@@ -3,7 +3,8 @@ analytic derivatives (the approach and the helpers are :mod:`.np_special`'s): Bo
 transforms, ``loggamma``, ``poch``, Hurwitz ``zeta``, the modified Bessel functions ``i0 i0e i1
 i1e``, the incomplete gamma functions ``gammainc gammaincc`` and the exponential integrals
 ``exp1 expi``. Each bound is stated where the function is defined and checked by
-``tests/test_scipy_special_more.py`` against mpmath.
+``tests/test_scipy_special_more.py`` against mpmath (the incomplete gamma functions' shapes
+above 50, by :mod:`.np_gamma_large`: ``tests/test_incomplete_large.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 
 from ...core.ops import Op
 from ..tracing import _unary, _where, lift
+from .np_gamma_large import TEMME_LAMBDA_HI, TEMME_LAMBDA_LO, _log_prefactor, _phi, _temme_smaller
 from .np_special import _EULER, _broken, _horner, _isnan, _no_derivative, _rule, _t
 
 # ----------------------------------------------------------------------------------------------
@@ -301,8 +303,9 @@ _i1e = _rule(_i1e_value, lambda out, x: _i0e_value(x) - _over_x(out, x) - _sgn(x
 # - a - 2 (2 - a) / ...)) otherwise (Numerical Recipes, 3rd ed., sec. 6.2; A&S 6.5.29, 6.5.31),
 # each with a fixed number of terms (72), both evaluated from their tails as the ratio of a
 # three-term recurrence (no division per term: a division costs ~16 multiplications' time in a
-# vectorised loop, and both forms run on every element). The bound holds for a <= 50: larger a
-# needs more terms (Temme's uniform expansion is not implemented).
+# vectorised loop, and both forms run on every element). Alone they hold for a <= 50; for
+# larger a they run only where they converge (x < a/2, x > 1.3 a) with a prefactor that keeps
+# its accuracy, and Temme's uniform expansion covers x/a in [1/2, 1.3] (:mod:`.np_gamma_large`).
 _SERIES_TERMS = _FRACTION_TERMS = 72
 
 
@@ -337,40 +340,72 @@ def _gamma_fraction(a, x, terms: int = _FRACTION_TERMS):
     return p / q
 
 
-#: The largest shape a gammainc/gammaincc compute (1e-13 relative up to here); NaN above.
-GAMMAINC_A_MAX = 50.0
+#: The shapes above which :mod:`.np_gamma_large`'s forms take over (the fixed-length series
+#: and fraction alone are accurate up to here: x = a = 1000 was off by 0.01, and the prefactor's
+#: exp(a log x - x - log Gamma(a)) costs |a log x| ulps)
+GAMMAINC_A_LARGE = 50.0
+
+#: The largest shape computed (1e-12 relative up to here: tests/test_incomplete_large.py
+#: checks a <= 1e8 and points up to 1e10 against mpmath; 7e10 was checked once, 1e-13); NaN
+#: above, a = inf included (scipy: P = 0, Q = 1; scipy's own tails are off for a > 1e9)
+GAMMAINC_A_MAX = 1e10
 
 
 def _gammainc_pq(a, x):
-    """(P(a, x), Q(a, x)) for a > 0, x >= 0: the series below x = a + 1 (72 terms reach 1e-16
-    there for a <= 50), the fraction above (72 terms: 1e-14 for a >= 0.05 near x = a + 1, where
-    it converges slowest; 30 would do for a >= 3), the other one as 1 minus it; one prefactor
-    x^a e^-x / Gamma(a) for both."""
-    ok = (a > 0.0) & (x > 0.0) & (x < np.inf)
+    """(P(a, x), Q(a, x)) for a > 0, x >= 0. a <= 50: the series below x = a + 1 (72 terms reach
+    1e-16 there for a <= 50), the fraction above (72 terms: 1e-14 for a >= 0.05 near x = a + 1,
+    where it converges slowest; 30 would do for a >= 3), the other one as 1 minus it; one
+    prefactor x^a e^-x / Gamma(a) for both. a > 50 (:mod:`.np_gamma_large`): the same series
+    for x < a / 2 and fraction for x > 1.3 a (both converge there in 72 terms for every a), with
+    the prefactor from a phi = a (lambda - 1 - log lambda); Temme's expansion in between."""
+    ok = (a > 0.0) & (x > 0.0) & (x < np.inf) & (a <= GAMMAINC_A_MAX)
     a1 = _where(ok, a, 1.0)
     x1 = _where(ok, x, 1.0)
-    use_series = x1 < a1 + 1.0
+    large = a1 > GAMMAINC_A_LARGE
+    use_series = (large & (x1 < TEMME_LAMBDA_LO * a1)) | (~large & (x1 < a1 + 1.0))
+    use_fraction = (large & (x1 > TEMME_LAMBDA_HI * a1)) | (~large & ~use_series)
     xs = _where(use_series, x1, 0.5)
-    xf = _where(use_series, a1 + 2.0, _where(x1 > 1e30, 1e30, x1))
-    pre = np.exp(a1 * np.log(x1) - x1 - _gammaln(a1))
+    xf = _where(use_fraction, _where(x1 > 1e30, 1e30, x1), a1 + a1 + 2.0)
+    a_s, x_s = _where(large, 1.0, a1), _where(large, 1.0, x1)  # (the a <= 50 prefactor's)
+    a_l, x_l = _where(large, a1, 100.0), _where(large, x1, 100.0)
+    t = (x_l - a_l) / a_l
+    phi = _phi(t, x_l / a_l)
+    a_phi = a_l * phi
+    log_pre = _where(large, _log_prefactor(a_l, a_phi, _stirling_tail(1.0 / a_l)),
+                     a_s * np.log(x_s) - x_s - _gammaln(a_s))  # fmt: skip
+    pre = np.exp(log_pre)
     p = pre * (_gamma_series(a1 + 1.0, xs) / a1)
     q = pre / _gamma_fraction(a1, xf)
     p_out = _where(use_series, p, 1.0 - q)
     q_out = _where(use_series, 1.0 - p, q)
-    # a > A_MAX: the fixed-length forms are not accurate there (x = a = 1000 was off by 0.01,
-    # a = 1e20 gave -inf): NaN, never a wrong probability (Temme's expansion is not implemented)
-    bad = (a < 0.0) | _isnan(a) | _isnan(x) | (x < 0.0) | ((a == 0.0) & (x == 0.0))
+    # Temme's region: |eta| <= 0.63 (clamped to lambda = 1 outside it)
+    temme = large & ~use_series & ~use_fraction
+    lower = t < 0.0
+    a_t = _where(temme, a_l, 100.0)
+    phi_t = _where(temme, phi, 0.0)
+    small = _temme_smaller(a_t, phi_t, a_t * phi_t, lower)
+    p_out = _where(temme, _where(lower, small, 1.0 - small), p_out)
+    q_out = _where(temme, _where(lower, 1.0 - small, small), q_out)
+    bad = ((a < 0.0) | _isnan(a) | _isnan(x) | (x < 0.0) | ((a == 0.0) & (x == 0.0))
+           | (a > GAMMAINC_A_MAX))  # fmt: skip
     edge_p = _where(x == 0.0, 0.0, 1.0)  # x = 0, x = inf, a = 0 (P(0, x) = 1 as scipy)
     p_out = _where(ok, p_out, _where(bad, np.nan, edge_p))
     q_out = _where(ok, q_out, _where(bad, np.nan, 1.0 - edge_p))
-    big = a > GAMMAINC_A_MAX
-    return _where(big, np.nan, p_out), _where(big, np.nan, q_out)
+    return p_out, q_out
 
 
 def _gamma_density(a, x):
-    """d P(a, x) / dx = x^(a-1) e^-x / Gamma(a)."""
+    """d P(a, x) / dx = x^(a-1) e^-x / Gamma(a); for a > 50 as the prefactor of
+    :func:`_gammainc_pq` over x (0 at x = 0 and x = inf; NaN above :data:`GAMMAINC_A_MAX`)."""
     d = np.exp((a - 1.0) * np.log(x) - x - _gammaln(a))
-    return _where((x == 0.0) & (a == 1.0), 1.0, d)
+    d = _where((x == 0.0) & (a == 1.0), 1.0, d)
+    large = (a > GAMMAINC_A_LARGE) & (x > 0.0) & (x < np.inf)
+    a_l, x_l = _where(large, a, 100.0), _where(large, x, 100.0)
+    t = (x_l - a_l) / a_l
+    a_phi = a_l * _phi(t, x_l / a_l)
+    dl = np.exp(_log_prefactor(a_l, a_phi, _stirling_tail(1.0 / a_l))) / x_l
+    d = _where(large, dl, _where(a > GAMMAINC_A_LARGE, 0.0, d))
+    return _where(a > GAMMAINC_A_MAX, np.nan, d)
 
 
 _gammainc_rule = _rule(
@@ -384,9 +419,11 @@ _gammaincc_rule = _rule(
 def _gammainc(a, x):
     """scipy.special.gammainc(a, x) = P(a, x), the regularised lower incomplete gamma function;
     d/dx = x^(a-1) e^-x / Gamma(a). Bound: 1e-13 relative against mpmath for a in (0, 50],
-    x in [0, 200] (from the prefactor's exp of a log x - x - log Gamma); NaN for a > 50, where
-    the fixed-length forms are not accurate (scipy switches to Temme's uniform expansion, not
-    implemented here). Differentiating in a raises a TracingError naming the line."""
+    x in [0, 200] (from the prefactor's exp of a log x - x - log Gamma); for a in (50, 1e10]
+    (:data:`GAMMAINC_A_MAX`) and any x >= 0, 1e-12 relative on the smaller of P and 1 - P
+    (1e-15 on the larger one; 1e-300 absolute where the smaller one is subnormal), the
+    derivative likewise (tests/test_incomplete_large.py); NaN for a > 1e10. Differentiating in
+    a raises a TracingError naming the line."""
     a, x = _t(a), _t(x)
     return _no_derivative(_gammainc_rule(a, x), a, "the derivative of gammainc(a, x) in a")
 
