@@ -435,3 +435,25 @@ def test_a_sink_over_an_accumulator_read_elsewhere_keeps_it_intact():
     np.testing.assert_allclose(value, expected[0], rtol=1e-12)
     for got, ref in zip(grads, expected[1:]):
         np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
+
+
+def test_a_gather_through_a_table_and_a_window_in_one_kernel():
+    """``v[tab[i % 14]] - v[j]`` over the pairs ``j > i``: one fused loop reads a table (the
+    outer row's entry) and a window (the inner row): the lowering once took the table's row
+    for the window's position (a ``TypeError`` from codegen, found by the long fuzz profile)."""
+    tab = np.array([5, 6, 3, 8, 11, 12, 2, 4, 3, 1, 0, 7, 1, 2])
+
+    def f(x):
+        v = np.concatenate([np.ravel(x)] * 7) * 0.8
+        e = 0.0
+        for i in range(len(v)):
+            for j in range(i + 1, len(v)):
+                e += np.cos(v[tab[i % len(tab)]] - v[j]) * 0.05
+        return e
+
+    x = RNG.uniform(-1.5, 1.5, 2)
+    g = tj.compile(f, x, cache=False)
+    d = RNG.normal(size=2)
+    h = 1e-6
+    fd = (f(x + h * d) - f(x - h * d)) / (2 * h)
+    np.testing.assert_allclose(g(x) @ d, fd, rtol=1e-6, atol=1e-9)

@@ -105,8 +105,8 @@ def lower_fused_loop(L: Lowering, k) -> None:
                 v = val(n.args[0])
             elif n.op == Op.TAKE:  # x[tab[t], ...]: the row the table names at t
                 x, tab = n.args
-                row = b.fptosi(L.load(tab, idx[0]), I64)
-                at = L.affine([row, *idx[1:]], 0, L.c_strides(L.shape(x)))
+                named = b.fptosi(L.load(tab, idx[0]), I64)  # (not `row`: a window's position)
+                at = L.affine([named, *idx[1:]], 0, L.c_strides(L.shape(x)))
                 v = L._load_elem(L.ptr(x), at, n.dtype)
             elif n in gathers:
                 base, offset, strides = L.gather_source(n)
