@@ -219,9 +219,6 @@ def _check_forward(f, xs, src, rng) -> tuple[str, str]:
     return "ok", "ok"
 
 
-@pytest.mark.slow  # 150 programs; by default: test_pipeline_property's and test_fuzz_ieee's
-@(seed(SEED) if LONG else lambda f: f)  # the CI profile is derandomised: one fixed set
-@_settings()
 def _raised_in_codegen(e: BaseException) -> bool:
     """Whether ``e`` was raised inside the lowering to LLVM (or llvmlite): a plan that passed
     every check and still cannot be lowered is tapejit's bug, never a clear error (a
@@ -234,6 +231,9 @@ def _raised_in_codegen(e: BaseException) -> bool:
     return last is not None and ("/codegen/" in last or "llvmlite" in last)
 
 
+@pytest.mark.slow  # 150 programs; by default: test_pipeline_property's and test_fuzz_ieee's
+@(seed(SEED) if LONG else lambda f: f)  # the CI profile is derandomised: one fixed set
+@_settings()
 @given(st.data())
 def test_random_programs_match_numpy_and_finite_differences(data):
     src, args, features = program(data)
