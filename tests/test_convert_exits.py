@@ -1,4 +1,4 @@
-"""``break`` in converted loops (:mod:`tapejit.frontend.convert.exits`): a loop that leaves on
+"""``break`` and ``continue`` in converted loops (:mod:`tapejit.frontend.convert.exits`): a loop that leaves on
 a traced condition is one IR loop whose iterations after the exit keep every value, so the
 code compiles once however the exit moves with the data; gradients against numpy references
 (the same formula, written with a mask: tolerance 1e-12) and central differences (h = 1e-6,
@@ -146,6 +146,29 @@ def test_break_with_element_writes_and_continue():
         keep = _prefix(x, 2.5) & (x >= 0)
         np.testing.assert_allclose(g(x), np.where(keep, 3 * x**2 * np.arange(1, 21), 0.0),
                                    rtol=1e-12)  # fmt: skip
+
+
+def test_continue_at_the_end_of_a_branch_is_converted():
+    """``if c: continue`` + rest is ``if c: pass else: rest`` — the loop converts (the rewrite
+    once never ran: such loops were traced iteration by iteration, with the right numbers)."""
+
+    def f(x):
+        e = 0.0
+        for i in range(x.shape[0]):
+            if x[i] < -1.0 or x[i] > 2.0:
+                continue
+            e += x[i] ** 2 * (i + 1)
+        return e
+
+    x = RNG.uniform(-3, 3, 30)
+    g = tj.compile(f, x)
+    assert g.stats["convert"]["loops"] == 1 and not g.stats["convert"]["kept"]
+    keep = (x >= -1.0) & (x <= 2.0)
+    np.testing.assert_allclose(g(x), np.where(keep, 2 * x * np.arange(1, 31), 0.0), rtol=1e-12)
+    y = RNG.uniform(-3, 3, 30)
+    keep = (y >= -1.0) & (y <= 2.0)
+    np.testing.assert_allclose(g(y), np.where(keep, 2 * y * np.arange(1, 31), 0.0), rtol=1e-12)
+    assert g._dispatcher.compiles == 1
 
 
 def test_loops_that_keep_their_break_run_as_written():

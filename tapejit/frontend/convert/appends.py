@@ -35,10 +35,8 @@ from typing import Callable
 import numpy as np
 
 from ..tracer import Tracer
+from .exits import LoopRewrite, own_exit
 from .liveness import Liveness, target_names
-
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-
 
 def _append_of(st: ast.stmt) -> tuple[str, ast.expr] | None:
     """``(L, v)`` for a statement ``L.append(v)``, else ``None``."""
@@ -119,31 +117,6 @@ def _inside_call(root: ast.expr, name: ast.Name) -> bool:
     return False
 
 
-def _own_nodes(stmts: list[ast.stmt]):
-    todo = list(stmts)
-    while todo:
-        n = todo.pop()
-        yield n
-        if isinstance(n, _SCOPES):
-            continue
-        todo.extend(ast.iter_child_nodes(n))
-
-
-def _breaks(stmts: list[ast.stmt]) -> bool:
-    """Whether a ``break`` of this loop (not of an inner one) occurs in ``stmts``."""
-    todo = list(stmts)
-    while todo:
-        n = todo.pop()
-        if isinstance(n, ast.Break):
-            return True
-        if isinstance(n, (ast.For, ast.While, ast.AsyncFor)):
-            todo.extend(n.orelse)
-            continue
-        if not isinstance(n, _SCOPES):
-            todo.extend(ast.iter_child_nodes(n))
-    return False
-
-
 class _Lasts(ast.NodeTransformer):
     def __init__(self, names: dict[str, str]):
         self.names = names
@@ -157,12 +130,12 @@ class _Lasts(ast.NodeTransformer):
         return self.generic_visit(node)
 
 
-class Appends(ast.NodeTransformer):
+class Appends(LoopRewrite):
     """Rewrites the appends of every loop the conversion will take (see the module docstring)
     and marks the loop with ``_tj_appends``: ``[(list name, output name), ...]``."""
 
     def __init__(self, fn: ast.FunctionDef, shape_ok: Callable[[ast.For], str | None]):
-        self.fn = fn
+        super().__init__(fn)
         self.shape_ok = shape_ok
         found = any(_append_of(n) for n in ast.walk(fn) if isinstance(n, ast.stmt))
         self.lists = _lists(fn) if found else set()
@@ -170,11 +143,7 @@ class Appends(ast.NodeTransformer):
 
     def rewrite(self) -> None:
         if self.lists:
-            out: list[ast.stmt] = []
-            for st in self.fn.body:
-                new = self.visit(st)
-                out.extend(new if isinstance(new, list) else [new])
-            self.fn.body = out
+            super().rewrite()
 
     def _candidates(self, node: ast.For) -> list[str]:
         """The lists of ``self.lists`` the body appends to once, at its top level, and uses
@@ -192,7 +161,7 @@ class Appends(ast.NodeTransformer):
             for st in node.body:
                 app = _append_of(st)
                 parts = [app[1]] if app is not None and app[0] == name else [st]
-                for n in _own_nodes(parts):
+                for n in (m for part in parts for m in ast.walk(part)):
                     if isinstance(n, ast.Name) and n.id == name:
                         uses += 1
                     elif _is_last(n, name):
@@ -203,7 +172,7 @@ class Appends(ast.NodeTransformer):
 
     def visit_For(self, node: ast.For):
         self.generic_visit(node)
-        if node.orelse or _breaks(node.body):
+        if node.orelse or own_exit(node.body, ast.Break):
             return node
         names = self._candidates(node)
         if not names:
@@ -242,11 +211,6 @@ class Appends(ast.NodeTransformer):
                 st = ast.Assign([ast.Name(lasts[n], ast.Store())], call)
                 before.append(ast.copy_location(st, node))
         return [*before, node]
-
-    def visit_FunctionDef(self, node):
-        return node  # nested functions are converted on their own
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
 
 
 class _Empty:

@@ -32,7 +32,7 @@ _LOOPS = (ast.For, ast.While, ast.AsyncFor)
 _SCOPES = (ast.FunctionDef, ast.Lambda, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def _own(stmts: list[ast.stmt], kind: type) -> bool:
+def own_exit(stmts: list[ast.stmt], kind: type) -> bool:
     """Whether a ``kind`` (``ast.Break``/``ast.Continue``) of the enclosing loop occurs in
     ``stmts`` (not in inner loops or nested scopes; an inner loop's ``else`` is ours)."""
     todo = list(stmts)
@@ -63,13 +63,13 @@ def without_continue(block: list[ast.stmt]) -> list[ast.stmt]:
             return out
         if isinstance(st, ast.If):
             rest = block[k + 1 :]
-            if _ends_with(st.body, ast.Continue) and not _own(st.body[:-1] + st.orelse,
+            if _ends_with(st.body, ast.Continue) and not own_exit(st.body[:-1] + st.orelse,
                                                                ast.Continue):  # fmt: skip
                 new = ast.If(st.test, st.body[:-1] or [ast.Pass()],
                              without_continue(st.orelse + rest) or [ast.Pass()])  # fmt: skip
                 out.append(ast.copy_location(new, st))
                 return out
-            if _ends_with(st.orelse, ast.Continue) and not _own(st.body + st.orelse[:-1],
+            if _ends_with(st.orelse, ast.Continue) and not own_exit(st.body + st.orelse[:-1],
                                                                  ast.Continue):  # fmt: skip
                 new = ast.If(st.test, without_continue(st.body + rest) or [ast.Pass()],
                              st.orelse[:-1])  # fmt: skip
@@ -79,7 +79,28 @@ def without_continue(block: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
-class Continues(ast.NodeTransformer):
+class LoopRewrite(ast.NodeTransformer):
+    """A rewrite of a function's loops before conversion: :meth:`rewrite` visits the
+    function's statements (a ``visit_For`` may return several statements for one loop);
+    nested functions, lambdas and classes are left alone (they are converted on their own)."""
+
+    def __init__(self, fn: ast.FunctionDef):
+        self.fn = fn
+
+    def rewrite(self) -> None:
+        out: list[ast.stmt] = []
+        for st in self.fn.body:
+            new = self.visit(st)
+            out.extend(new if isinstance(new, list) else [new])
+        self.fn.body = out
+
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
+
+
+class Continues(LoopRewrite):
     """Applies :func:`without_continue` to the body of every loop of a function."""
 
     def visit_For(self, node):
@@ -88,11 +109,6 @@ class Continues(ast.NodeTransformer):
         return node
 
     visit_While = visit_For
-
-    def visit_FunctionDef(self, node):
-        return node  # nested functions stay as they are
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
 
 
 def _set(flag: str, where: ast.AST) -> ast.stmt:
@@ -115,12 +131,12 @@ def without_break(block: list[ast.stmt], flag: str) -> list[ast.stmt]:
         if isinstance(st, ast.Break):
             out.append(_set(flag, st))
             return out
-        if not (isinstance(st, ast.If) and _own([st], ast.Break)):
+        if not (isinstance(st, ast.If) and own_exit([st], ast.Break)):
             out.append(st)
             continue
         rest = block[k + 1 :]
         for side, other in ((st.body, st.orelse), (st.orelse, st.body)):
-            if _ends_with(side, ast.Break) and not _own(side[:-1] + other, ast.Break):
+            if _ends_with(side, ast.Break) and not own_exit(side[:-1] + other, ast.Break):
                 # one side always breaks, the other never: the rest joins the other side
                 done = [*side[:-1], _set(flag, side[-1])]
                 cont = (other + rest) or [ast.Pass()]
@@ -152,31 +168,24 @@ def _bounded(it: ast.expr) -> bool:
     return False
 
 
-class Breaks(ast.NodeTransformer):
+class Breaks(LoopRewrite):
     """Rewrites the ``break`` of every loop the conversion will take (innermost first).
     ``shape_ok(loop)``: why a loop (with no ``break`` left) cannot be converted, or ``None``."""
 
     def __init__(self, fn: ast.FunctionDef, shape_ok: Callable[[ast.For], str | None]):
-        self.fn = fn
+        super().__init__(fn)
         self.shape_ok = shape_ok
-        self.live = Liveness(fn) if _any_break(fn) else None
+        self.live = Liveness(fn) if any(isinstance(n, ast.Break) for n in ast.walk(fn)) else None
         self.count = 0
 
     def rewrite(self) -> int:
         if self.live is not None:
-            self.fn.body = self._block(self.fn.body)
+            super().rewrite()
         return self.count
-
-    def _block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
-        out: list[ast.stmt] = []
-        for st in stmts:
-            new = self.visit(st)
-            out.extend(new if isinstance(new, list) else [new])
-        return out
 
     def visit_For(self, node: ast.For):
         self.generic_visit(node)
-        if node.orelse or not _own(node.body, ast.Break) or not _bounded(node.iter):
+        if node.orelse or not own_exit(node.body, ast.Break) or not _bounded(node.iter):
             return node
         if target_names(node.target) & self.live.live_after(node):
             return node
@@ -184,18 +193,9 @@ class Breaks(ast.NodeTransformer):
         trial = copy.copy(node)
         body = without_break(copy.deepcopy(node.body), flag)
         trial.body = [_unless(flag, body, node.body[0])]
-        if _own(trial.body, ast.Break) or self.shape_ok(trial) is not None:
+        if own_exit(trial.body, ast.Break) or self.shape_ok(trial) is not None:
             return node
         self.count += 1
         node.body = trial.body
         init = ast.Assign([ast.Name(flag, ast.Store())], ast.Constant(False))
         return [ast.copy_location(init, node), node]
-
-    def visit_FunctionDef(self, node):
-        return node  # nested functions are converted on their own
-
-    visit_AsyncFunctionDef = visit_Lambda = visit_ClassDef = visit_FunctionDef
-
-
-def _any_break(fn: ast.FunctionDef) -> bool:
-    return any(isinstance(n, ast.Break) for n in ast.walk(fn))

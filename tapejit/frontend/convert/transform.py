@@ -123,7 +123,7 @@ class Converter(ast.NodeTransformer):
 
     def __init__(self, fn: ast.FunctionDef, locals_: set[str]):
         self.fn = fn
-        Continues().visit(fn)
+        Continues(fn).rewrite()
         _single_return(fn)
         Appends(fn, loop_shape_ok).rewrite()
         Breaks(fn, loop_shape_ok).rewrite()
