@@ -351,6 +351,14 @@ GAMMAINC_A_LARGE = 50.0
 GAMMAINC_A_MAX = 1e10
 
 
+def _large_prefactor(a, x):
+    """``(t, phi, log(x^a e^-x / Gamma(a)))`` for a > 50 (clamped by the callers), t = x/a - 1,
+    phi = t - log(1 + t): the prefactor without the large logs (:mod:`.np_gamma_large`)."""
+    t = (x - a) / a
+    phi = _phi(t, x / a)
+    return t, phi, _log_prefactor(a, a * phi, _stirling_tail(1.0 / a))
+
+
 def _gammainc_pq(a, x):
     """(P(a, x), Q(a, x)) for a > 0, x >= 0. a <= 50: the series below x = a + 1 (72 terms reach
     1e-16 there for a <= 50), the fraction above (72 terms: 1e-14 for a >= 0.05 near x = a + 1,
@@ -368,11 +376,8 @@ def _gammainc_pq(a, x):
     xf = _where(use_fraction, _where(x1 > 1e30, 1e30, x1), a1 + a1 + 2.0)
     a_s, x_s = _where(large, 1.0, a1), _where(large, 1.0, x1)  # (the a <= 50 prefactor's)
     a_l, x_l = _where(large, a1, 100.0), _where(large, x1, 100.0)
-    t = (x_l - a_l) / a_l
-    phi = _phi(t, x_l / a_l)
-    a_phi = a_l * phi
-    log_pre = _where(large, _log_prefactor(a_l, a_phi, _stirling_tail(1.0 / a_l)),
-                     a_s * np.log(x_s) - x_s - _gammaln(a_s))  # fmt: skip
+    t, phi, log_large = _large_prefactor(a_l, x_l)
+    log_pre = _where(large, log_large, a_s * np.log(x_s) - x_s - _gammaln(a_s))
     pre = np.exp(log_pre)
     p = pre * (_gamma_series(a1 + 1.0, xs) / a1)
     q = pre / _gamma_fraction(a1, xf)
@@ -401,9 +406,7 @@ def _gamma_density(a, x):
     d = _where((x == 0.0) & (a == 1.0), 1.0, d)
     large = (a > GAMMAINC_A_LARGE) & (x > 0.0) & (x < np.inf)
     a_l, x_l = _where(large, a, 100.0), _where(large, x, 100.0)
-    t = (x_l - a_l) / a_l
-    a_phi = a_l * _phi(t, x_l / a_l)
-    dl = np.exp(_log_prefactor(a_l, a_phi, _stirling_tail(1.0 / a_l))) / x_l
+    dl = np.exp(_large_prefactor(a_l, x_l)[2]) / x_l
     d = _where(large, dl, _where(a > GAMMAINC_A_LARGE, 0.0, d))
     return _where(a > GAMMAINC_A_MAX, np.nan, d)
 
