@@ -425,22 +425,17 @@ class _Batcher:
         over a range): the rows are then a slice, not a table, else ``None``."""
         if t.type.size != self.n:
             return None
-        if FORMS:
-            f = self.forms.of(t)
-            if f is not None and f[1:] == (1.0, 0.0) and f[0] == int(f[0]):
-                first = int(f[0])
-                return first if 0 <= first and first + self.n <= rows else None
-        if self.consts is None:
+        first = None
+        f = self.forms.of(t) if FORMS else None
+        if f is not None and f[1:] == (1.0, 0.0):
+            first = f[0]
+        elif self.consts is not None:
+            v = self.consts.value(t)
+            if v is not None and np.all(np.ravel(v) == np.ravel(v)[0] + np.arange(self.n)):
+                first = np.ravel(v)[0]
+        if first is None or first != int(first) or not 0 <= first <= rows - self.n:
             return None
-        v = self.consts.value(t)
-        if v is None or v.size != self.n:
-            return None
-        v = np.ravel(v)
-        first = v[0]
-        if first != int(first) or np.any(v != first + np.arange(self.n)):
-            return None
-        first = int(first)
-        return first if 0 <= first and first + self.n <= rows else None
+        return int(first)
 
     def _counter_offset(self, table: Node) -> int | None:
         """The first row a one-entry table reads when it is the counter plus a whole constant
