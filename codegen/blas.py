@@ -39,6 +39,23 @@ SYEVD_SYMBOL = "tapejit.dsyevd"
 #: The global (an ``i8*``) a module reads the ``dgesdd`` address from.
 GESDD_SYMBOL = "tapejit.dgesdd"
 
+#: The globals the factorisation ops (:mod:`tapejit.codegen.lower.factor`) read LAPACK's
+#: ``dpotrf`` (Cholesky), ``dgetrf`` (LU with partial pivoting) and BLAS's ``dtrsm``
+#: (triangular solves) from.
+POTRF_SYMBOL = "tapejit.dpotrf"
+GETRF_SYMBOL = "tapejit.dgetrf"
+TRSM_SYMBOL = "tapejit.dtrsm"
+
+#: Every routine a module may call through a global: (global, scipy module, routine).
+ROUTINES = (
+    (SYMBOL, "cython_blas", "dgemm"),
+    (SYEVD_SYMBOL, "cython_lapack", "dsyevd"),
+    (GESDD_SYMBOL, "cython_lapack", "dgesdd"),
+    (POTRF_SYMBOL, "cython_lapack", "dpotrf"),
+    (GETRF_SYMBOL, "cython_lapack", "dgetrf"),
+    (TRSM_SYMBOL, "cython_blas", "dtrsm"),
+)
+
 
 @functools.cache
 def dgemm_address() -> int | None:
@@ -56,6 +73,13 @@ def dsyevd_address() -> int | None:
 def dgesdd_address() -> int | None:
     """The address of scipy's LAPACK ``dgesdd`` (Fortran calling convention), or ``None``."""
     return _address("cython_lapack", "dgesdd")
+
+
+@functools.cache
+def routine_address(module: str, name: str) -> int | None:
+    """The address of scipy's ``scipy.linalg.<module>.<name>`` (Fortran calling convention),
+    or ``None``."""
+    return _address(module, name)
 
 
 def lapack_available() -> bool:
@@ -79,18 +103,17 @@ def _address(module: str, name: str) -> int | None:
 
 
 def bind(global_address) -> bool:
-    """Point a loaded library's :data:`SYMBOL` at ``dgemm``, :data:`SYEVD_SYMBOL` at ``dsyevd``
-    and :data:`GESDD_SYMBOL` at ``dgesdd`` where it has them (``global_address(name)`` finds a
-    global or raises ``KeyError``); returns whether any was set."""
+    """Point each global of :data:`ROUTINES` a loaded library has at its routine
+    (``global_address(name)`` finds a global or raises ``KeyError``); returns whether any was
+    set."""
     done = False
-    routines = ((SYMBOL, dgemm_address), (SYEVD_SYMBOL, dsyevd_address),
-                (GESDD_SYMBOL, dgesdd_address))  # fmt: skip
-    for symbol, address in routines:
+    for symbol, module, routine in ROUTINES:
         try:
             where = global_address(symbol)
         except KeyError:
             continue
-        target = address()
+        own = globals().get(f"{routine}_address")  # (a test may replace one of those)
+        target = own() if own is not None else routine_address(module, routine)
         if target is not None:
             ctypes.c_void_p.from_address(where).value = target
             done = True

@@ -554,3 +554,25 @@ def test_export_refuses_a_transformation_clearly(tmp_path):
     with pytest.raises(ValueError, match="export writes gradients"):
         h.export(tmp_path)
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def factored(a):  # above the composition size: the lu and cholesky primitives
+    s = a @ a.T + np.eye(a.shape[0])
+    return np.sum(np.linalg.solve(a, np.arange(6.0))) + np.sum(np.log(np.diag(np.linalg.cholesky(s))))
+
+
+def test_factorisations_run_in_an_exported_object(tmp_path):
+    """An object file cannot bind scipy's LAPACK: it calls its own stand-ins for dgetrf,
+    dpotrf and dtrsm (codegen/lower/fallback.py), with the same results up to rounding."""
+    cc = _cc()
+    a = np.random.default_rng(8).standard_normal((6, 6)) + 3 * np.eye(6)
+    grad = tj.compile(factored, a)
+    files = grad.export(tmp_path)
+    exe = _build(tmp_path, [("factored", 1, 0, 1)], [files.object], tmp_path, cc)
+    for seed in range(3):
+        x = a if seed == 0 else a + 0.1 * np.random.default_rng(seed).standard_normal((6, 6))
+        status, value, (g,), _ = _split(_call(exe, tmp_path, [x]), [(6, 6)])
+        want_v, want_g = grad.value_and_grad(x)
+        assert status == 0
+        np.testing.assert_allclose(value, want_v, rtol=1e-11)
+        np.testing.assert_allclose(g, want_g, rtol=1e-9, atol=1e-12)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tapejit.ad import autodiff
-from tapejit.core import interpret, ops
+from tapejit.core import interpret, ops, ops_factor, ops_linalg
 from tapejit.runtime.variant import compile_graph
 from tapejit.core.ir import Graph, Node, Type
 
@@ -244,6 +244,8 @@ def _cases(op) -> list[Case]:
         ]
     if op == "svd":  # thin SVD of tall, wide and square matrices
         return [Case(op, [s], _svd_case, f"[{s[0]}x{s[1]}]") for s in ((5, 3), (3, 5), (4, 4))]
+    if op in _FACTOR_CASES:
+        return _FACTOR_CASES[op]()
     if op == "loop":
         return [
             Case(op, [(4,), (3, 4), (4,)], lambda c, x, p: _loop_case(c, x, p, False), "[scan]"),
@@ -261,6 +263,49 @@ def _cases(op) -> list[Case]:
     if op == "custom":  # a hand-given rule, built by tapejit.frontend.custom: tests/test_custom.py
         return []
     raise AssertionError(f"no case generator for op {op}")
+
+
+def _shifted(x, shift=4.0):
+    """``x`` plus ``shift`` on the diagonal: well conditioned, one pivot order near x."""
+    n = x.shape[0]
+    return ops.add(x, ops.mul(ops_linalg._eye(n), ops.const(shift)))
+
+
+def _spd(x):
+    """x x^T / 4 + 2 I, plus x's strict upper triangle (which cholesky never reads)."""
+    gram = ops.mul(ops.matmul(x, ops.transpose(x)), ops.const(0.25))
+    return ops.add(_shifted(gram, 2.0), ops_factor.triangle(x, False, 0.0))
+
+
+def _lu_factors(x):
+    """The packed factors of lu(x), squared (their pivots rows have no derivative)."""
+    n = x.shape[0]
+    f = ops.index(ops.make("lu", x), ((0, n, 1),))
+    return ops.mul(f, f)
+
+
+_FACTOR_CASES = {
+    "triangle": lambda: [
+        Case("triangle", [(4, 4)], lambda x: ops_factor.triangle(x, True, 0.5), "[lower, phi]"),
+        Case("triangle", [(4, 4)], lambda x: ops_factor.triangle(x, False, 0.0), "[strict upper]"),
+    ],
+    "cholesky": lambda: [Case("cholesky", [(4, 4)], lambda x: ops.make("cholesky", _spd(x)))],
+    "trisolve": lambda: [
+        Case("trisolve", [(4, 4), (4, 2)],
+             lambda t, b, a=attrs: ops_factor.trisolve(_shifted(t), b, *a), f"[{''.join('LTU'[i] if v else '-' for i, v in enumerate(attrs))}]")
+        for attrs in ((True, False, False), (False, False, False), (True, True, False),
+                      (False, True, True), (True, False, True))
+    ],  # fmt: skip
+    "lu": lambda: [
+        Case("lu", [(4, 4)], _lu_factors, "[factors]"),
+        Case("lu", [(4, 4)], lambda x: _lu_factors(ops.transpose(_shifted(x, 1.0))), "[pivoted]"),
+    ],
+    "lu_solve": lambda: [
+        Case("lu_solve", [(4, 4), (4, 2)],
+             lambda a, b, tr=tr: ops_factor.lu_solve(a, ops.make("lu", a), b, tr), f"[{tr}]")
+        for tr in (False, True)
+    ],  # fmt: skip
+}
 
 
 def _table(positions):

@@ -52,14 +52,24 @@ def _lower_matmul(L: Lowering, n: Node) -> None:
     _matmul_loops(L, n, m, k, cols)
 
 
+def _routine_global(L: Lowering, symbol: str) -> ir.GlobalVariable:
+    """The module's global ``symbol`` (an ``i8*``, null until :func:`blas.bind` sets it)."""
+    g = L.module.globals.get(symbol)
+    if g is None:
+        g = ir.GlobalVariable(L.module, I8P, name=symbol)
+        g.initializer = ir.Constant(I8P, None)
+    return g
+
+
+def _routine_set(L: Lowering, symbol: str) -> ir.Value:
+    """Whether the module's pointer ``symbol`` is set (its routine bound)."""
+    p = L.b.load(_routine_global(L, symbol))
+    return L.b.icmp_unsigned("!=", p, ir.Constant(I8P, None))
+
+
 def _blas_gemm_set(L: Lowering) -> ir.Value:
     """Whether the module's BLAS pointer (:data:`blas.SYMBOL`) is set."""
-    g = L.module.globals.get(blas.SYMBOL)
-    if g is None:
-        g = ir.GlobalVariable(L.module, I8P, name=blas.SYMBOL)
-        g.initializer = ir.Constant(I8P, None)
-    p = L.b.load(g)
-    return L.b.icmp_unsigned("!=", p, ir.Constant(I8P, None))
+    return _routine_set(L, blas.SYMBOL)
 
 
 def _blas_gemm(L: Lowering, m: int, k: int, cols: int, pa, pb, pc) -> None:
@@ -123,20 +133,29 @@ def _all_finite(L: Lowering, p: ir.Value, count: int) -> ir.Value:
 def _call_lapack(
     L: Lowering, symbol: str, params: list, args: list, info: ir.Value, valid: ir.Value
 ) -> ir.Value:
+    """:func:`_call_routine`; returns whether it ran and returned ``info == 0``."""
+    bound = _call_routine(L, symbol, params, args, valid)
+    return L.b.and_(bound, L.b.icmp_signed("==", L.b.load(info), I32(0)))
+
+
+def _call_routine(
+    L: Lowering, symbol: str, params: list, args: list, valid: ir.Value, own=None
+) -> ir.Value:
     """Call the routine whose address the module's global ``symbol`` holds (bound at load time
-    by :func:`blas.bind`) when it is set and ``valid`` holds; returns whether it ran and
-    returned ``info == 0``."""
+    by :func:`blas.bind`) when it is set and ``valid`` holds — or, where it is null, the
+    module's own function ``own`` if given (:mod:`.fallback`); returns whether one ran."""
     b = L.b
-    g = L.module.globals.get(symbol)
-    if g is None:
-        g = ir.GlobalVariable(L.module, I8P, name=symbol)
-        g.initializer = ir.Constant(I8P, None)
-    fp = b.load(g)
-    bound = b.and_(b.icmp_unsigned("!=", fp, ir.Constant(I8P, None)), valid)
+    fp = b.load(_routine_global(L, symbol))
+    unset = b.icmp_unsigned("==", fp, ir.Constant(I8P, None))
+    if own is not None:
+        fp = b.select(unset, b.bitcast(own, I8P), fp)
+        bound = valid
+    else:
+        bound = b.and_(b.not_(unset), valid)
     with b.if_then(bound):
         fnty = ir.FunctionType(ir.VoidType(), params)
         b.call(b.bitcast(fp, fnty.as_pointer()), args)
-    return b.and_(bound, b.icmp_signed("==", b.load(info), I32(0)))
+    return bound
 
 
 def _lower_eigh(L: Lowering, n: Node) -> None:

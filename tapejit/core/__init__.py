@@ -3,7 +3,7 @@ primitives, their builders, the group tuples; it re-exports the op names of ``op
 shape arithmetic of ``typerules`` and the loop description of ``loop_spec``), the op families
 that fill it (``ops_elementwise``, ``ops_reduce``, ``ops_shape``, ``ops_table``: gathers and
 scatters through index tables, ``ops_window``: sliding windows, ``ops_linalg``: matrix
-primitives, ``ops_loop``: loop nodes), and the interpreter (``interpret``, the oracle every pass
+primitives, ``ops_factor``: factorisations and solves, ``ops_loop``: loop nodes), and the interpreter (``interpret``, the oracle every pass
 is tested against).
 
 The registry never imports its families: this package imports each once, after ``ops``, and then
@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (each registers its ops' blocks into ops.OPS; in 
     ops_table,
     ops_window,
     ops_linalg,
+    ops_factor,
     ops_loop,
 )
 

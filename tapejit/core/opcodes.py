@@ -104,6 +104,11 @@ class Op(enum.StrEnum):
     MATMUL = "matmul"
     EIGH = "eigh"
     SVD = "svd"
+    TRIANGLE = "triangle"
+    CHOLESKY = "cholesky"
+    TRISOLVE = "trisolve"
+    LU = "lu"
+    LU_SOLVE = "lu_solve"
     # control
     LOOP = "loop"
     # a derivative given by hand (tapejit.frontend.custom): its value is its first operand

@@ -62,6 +62,7 @@ from .loop_spec import (  # noqa: F401  (re-exported: ops.LoopSpec, ops.loop_lay
 from .opcodes import COMMUTATIVE, Op, const, input_node, is_const  # noqa: F401  (re-exported)
 from .typerules import (  # noqa: F401  (re-exported: the shape arithmetic passes and codegen use)
     EIGH_MAX,
+    FACTOR_MAX,
     SVD_MAX_K,
     SVD_MAX_SIZE,
     _leaf,

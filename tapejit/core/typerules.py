@@ -259,6 +259,81 @@ def _svd(types, attrs):
     return Type((m * k + k + k * n,), "f64")
 
 
+#: Largest matrix the factorisation ops (``cholesky``, ``trisolve``, ``lu``, ``lu_solve``)
+#: take: codegen keeps ``dgetrf``'s pivots (n int32) on the stack.
+FACTOR_MAX = 8192
+
+
+def _square_matrix(t, what: str) -> int:
+    if t.ndim != 2 or t.shape[0] != t.shape[1] or t.shape[0] == 0:
+        raise ValueError(f"{what} needs a non-empty square matrix, got shape {t.shape}")
+    if t.shape[0] > FACTOR_MAX:
+        raise ValueError(f"{what} takes matrices up to {FACTOR_MAX} x {FACTOR_MAX}, got {t.shape}")
+    return t.shape[0]
+
+
+def _triangle(types, attrs):
+    """``triangle(x)``, attrs (lower, diagonal scale): the lower (j <= i) or upper triangle of a
+    square matrix, its diagonal times the scale, zeros elsewhere."""
+    (t,) = types
+    _need(types, "f64", "triangle")
+    _square_matrix(t, "triangle")
+    if len(attrs) != 2 or attrs[0] not in (True, False) or not isinstance(attrs[1], float):
+        raise ValueError(f"triangle needs attrs (lower: bool, diagonal scale: float), got {attrs}")
+    return t
+
+
+def _cholesky(types, attrs):
+    (t,) = types
+    _need(types, "f64", "cholesky")
+    _square_matrix(t, "cholesky")
+    if attrs:
+        raise ValueError(f"cholesky takes no attributes, got {attrs}")
+    return t
+
+
+def _rhs(t, b, what: str) -> None:
+    if b.ndim != 2 or b.shape[0] != t.shape[0]:
+        raise ValueError(f"{what}: the right-hand side must be ({t.shape[0]}, k), got {b.shape}")
+
+
+def _trisolve(types, attrs):
+    """``trisolve(t, b)``, attrs (lower, trans, unit): x with op(T) x = b, T the lower or upper
+    triangle of ``t`` (its diagonal taken as ones when unit), op the transpose when trans."""
+    t, b = types
+    _need(types, "f64", "trisolve")
+    _square_matrix(t, "trisolve")
+    _rhs(t, b, "trisolve")
+    if len(attrs) != 3 or any(a not in (True, False) for a in attrs):
+        raise ValueError(f"trisolve needs attrs (lower, trans, unit) as bools, got {attrs}")
+    return b
+
+
+def _lu(types, attrs):
+    """``lu(a)``: (n + 2, n): rows 0..n-1 LAPACK's ``dgetrf`` factors of a^T (see
+    :mod:`tapejit.core.ops_factor`), row n its pivots, row n + 1 the permutation."""
+    (t,) = types
+    _need(types, "f64", "lu")
+    n = _square_matrix(t, "lu")
+    if attrs:
+        raise ValueError(f"lu takes no attributes, got {attrs}")
+    return Type((n + 2, n), "f64")
+
+
+def _lu_solve(types, attrs):
+    """``lu_solve(a, lu, b)``, attrs (trans,): x with a x = b (a^T x = b when trans), from
+    ``lu = lu(a)``."""
+    a, f, b = types
+    _need(types, "f64", "lu_solve")
+    n = _square_matrix(a, "lu_solve")
+    if f.shape != (n + 2, n):
+        raise ValueError(f"lu_solve needs the lu of its matrix, shape {(n + 2, n)}, got {f.shape}")
+    _rhs(a, b, "lu_solve")
+    if len(attrs) != 1 or attrs[0] not in (True, False):
+        raise ValueError(f"lu_solve needs attrs (trans,) as a bool, got {attrs}")
+    return b
+
+
 def _leaf(types, attrs):
     raise ValueError("leaf nodes are built directly")
 

@@ -59,6 +59,23 @@ def index_error(name: str, where: str) -> IndexError:
     return IndexError(f"{name}: {where[len('tapejit: ') :]}; nothing was written")
 
 
+#: How the site of a linear-algebra check begins (a singular ``solve``/``inv``, a Cholesky
+#: factor of a matrix that is not positive definite): a guard the runtime turns into numpy's
+#: ``LinAlgError`` (:func:`run_error`), recorded by :func:`check` like an index check.
+LINALG_SITE = "tapejit: linalg: "
+
+
+def run_error(name: str, where: str) -> Exception | None:
+    """The error a call raises when the guard at site ``where`` fails and no other variant can
+    answer it — an index out of range (``IndexError``), a singular matrix (``LinAlgError``) —
+    or ``None`` for a guard on the path taken (a retrace answers it)."""
+    if is_index_site(where):
+        return index_error(name, where)
+    if where.startswith(LINALG_SITE):
+        return np.linalg.LinAlgError(f"{name}: {where[len(LINALG_SITE) :]}; nothing was written")
+    return None
+
+
 def is_dynamic(key: Any) -> bool:
     """Whether ``key`` holds a traced scalar position."""
     if key.__class__ is Tracer:

@@ -173,7 +173,7 @@ def trace(
         _values[id(t.node)] = (t.node, t.value)
     try:
         try:
-            with HOOKS["scipy_array_api"]():  # scipy's functions trace through the namespace
+            with HOOKS["scipy_array_api"](f):  # scipy's functions trace through the namespace
                 result = loop_capture.prepare(f)(*tracers)
         except Exception as e:
             if st.conversion_error is not None and e is not st.conversion_error:

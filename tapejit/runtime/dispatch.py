@@ -173,8 +173,9 @@ class Dispatcher:
         _, expected, where = failed.guards[status - 1]
         if tracing.is_max_steps_site(where):
             return self._max_steps_reached(where, args, out)
-        if dynamic_index.is_index_site(where):  # no other variant answers it: raise
-            raise dynamic_index.index_error(self.name, where)
+        err = dynamic_index.run_error(self.name, where)
+        if err is not None:  # no other variant answers it: raise
+            raise err
         if self.options.on_guard_failure == "raise" or self.fn is None:
             raise GuardError(
                 f"{self.name}: guard {status} at {where} was compiled for the outcome {expected}, "
@@ -271,8 +272,9 @@ class Dispatcher:
                     "does not check; please report this"
                 )
             where = v.guards[k - 1][2]
-            if dynamic_index.is_index_site(where):
-                raise dynamic_index.index_error(self.name, where)
+            err = dynamic_index.run_error(self.name, where)
+            if err is not None:
+                raise err
             if tracing.is_max_steps_site(where) and not lenient:
                 return self._max_steps_reached(where, args, out), None
             if k in forced:

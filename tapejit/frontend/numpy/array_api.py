@@ -31,7 +31,7 @@ import re
 import sys
 import threading
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from ..errors import _PKG_DIR, TracingError
 from ..registry import HOOKS
 from ..trace_state import _current
 from ..tracer import Tracer, lift
+from .scipy_linalg import traced_linalg
 from .scipy_stats import traced_distributions
 
 # ----------------------------------------------------------------------------------------------
@@ -359,7 +360,7 @@ def scipy_mode_on() -> bool:
 
 
 @contextlib.contextmanager
-def scipy_array_api() -> Iterator[None]:
+def scipy_array_api(f: Callable | None = None) -> Iterator[None]:
     """Turn scipy's array-API mode on (if scipy is imported and its switch is known) and
     restore the previous setting afterwards, also after an error. Re-entrant and thread-safe:
     nested traces and traces in other threads share one activation."""
@@ -370,7 +371,8 @@ def scipy_array_api() -> Iterator[None]:
                 _set(o, k, _on(k, old))
         _mode.depth += 1
     try:
-        with traced_distributions():  # scipy.stats' methods on traced values (scipy_stats.py)
+        # scipy.stats' methods and scipy.linalg's functions on traced values
+        with traced_distributions(), traced_linalg(f):
             yield
     except (TracingError, TypeError, AttributeError) as e:
         recorded = _current[0].conversion_error if _current else None

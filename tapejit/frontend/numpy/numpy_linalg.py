@@ -4,15 +4,17 @@ The algorithms are written with the tracer's array operations, so their derivati
 differentiating the algorithm itself (exact for the computed result; it agrees with the
 closed-form matrix-calculus rules of Giles, "An extended collection of matrix derivative
 results for forward and reverse mode AD", 2008, e.g. d(A^-1) = -A^-1 dA A^-1), and everything
-is fused and vectorised like any other traced code. They unroll one step per row: meant for
-matrices up to ~30 x 30 (compile time grows with n, run time as n^3); batched inputs
+is fused and vectorised like any other traced code. They unroll one step per row: they
+serve matrices up to :data:`.numpy_factor.SMALL_MAX` (4 x 4), and ``solve``, ``inv``, ``det``, ``slogdet`` and ``cholesky`` of larger ones are LAPACK-backed
+primitives (:mod:`.numpy_factor`: compile time independent of n, numpy's ``LinAlgError``;
+generated stand-ins for LAPACK without scipy). Batched inputs
 (``(..., n, n)``) loop over the batch at trace time.
 
 * LU factorisation with **partial pivoting** (Golub & Van Loan, *Matrix Computations*, 4th ed.,
   alg. 3.4.1), branch-free: the pivot row is selected with masks (the first row of largest
   magnitude, as LAPACK's ``dgetrf``), so no guard and no recompile depends on the values.
   ``solve``, ``inv``, ``det`` and ``slogdet`` use it. A singular matrix gives inf/NaN (numpy
-  raises ``LinAlgError``; a traced value cannot raise at run time).
+  raises ``LinAlgError``; the primitives of :mod:`.numpy_factor` do).
 * Cholesky (Golub & Van Loan alg. 4.2.1), no pivoting; a matrix that is not positive definite
   gives NaN (numpy raises ``LinAlgError``).
 * ``eigh``/``eigvalsh`` by cyclic Jacobi rotations (Golub & Van Loan alg. 8.5.3) for a fixed
@@ -38,6 +40,8 @@ from ..custom import custom_jvp
 from ...core.ops import Op
 from ..errors import _fail
 from ..tracer import _build, _reshape, _transpose, _where
+from . import numpy_factor as factor
+from .numpy_factor import _lapack_has
 
 
 def _square(a, name: str):
@@ -106,6 +110,8 @@ def _solve2(a, b):
 def solve(a, b):
     """``np.linalg.solve(a, b)``: ``a`` (..., n, n), ``b`` (..., n) or (..., n, k)."""
     a, b = _square(a, "solve"), _t(b)
+    if factor.use_primitives(a.shape[-1]):
+        return _batched(factor.solve, a, b)
     if a.ndim == 2:
         return _solve2(a, b)
     return _batched(_solve2, a, b)
@@ -114,6 +120,8 @@ def solve(a, b):
 def inv(a):
     """``np.linalg.inv(a)`` for ``a`` of shape (..., n, n)."""
     a = _square(a, "inv")
+    if factor.use_primitives(a.shape[-1]):
+        return _batched(factor.inv, a)
     eye = np.eye(a.shape[-1])
     return _batched(lambda m: _solve2(m, _t(eye)), a)
 
@@ -183,7 +191,8 @@ def _det2_jvp(primals, tangents):
 def det(a):
     """``np.linalg.det(a)``: the product of the pivots times the permutation's sign; 0 for a
     singular matrix, with the adjugate as its gradient (Jacobi's formula)."""
-    return _batched(_det2, _square(a, "det"))
+    a = _square(a, "det")
+    return _batched(factor.det if factor.use_primitives(a.shape[-1]) else _det2, a)
 
 
 def _slogdet2(a):
@@ -196,7 +205,8 @@ def _slogdet2(a):
 
 def slogdet(a):
     """``np.linalg.slogdet(a)`` as ``(sign, logabsdet)``; a singular ``a`` gives (0, -inf)."""
-    return _batched(_slogdet2, _square(a, "slogdet"))
+    a = _square(a, "slogdet")
+    return _batched(factor.slogdet if factor.use_primitives(a.shape[-1]) else _slogdet2, a)
 
 
 def _cholesky2(a):
@@ -215,8 +225,13 @@ def _cholesky2(a):
 
 
 def cholesky(a, upper=False):
-    """``np.linalg.cholesky(a)``: lower-triangular ``L`` with ``L @ L.T == a``."""
-    L = _batched(_cholesky2, _square(a, "cholesky"))
+    """``np.linalg.cholesky(a)``: lower-triangular ``L`` with ``L @ L.T == a``, reading a's
+    lower triangle; with ``upper``, ``U`` with ``U.T @ U == a``, reading the upper one (as
+    numpy's, whose LAPACK call reads the triangle it returns)."""
+    a = _square(a, "cholesky")
+    if upper:
+        a = np.swapaxes(a, -1, -2)
+    L = _batched(factor.cholesky if factor.use_primitives(a.shape[-1]) else _cholesky2, a)
     return np.swapaxes(L, -1, -2) if upper else L
 
 
@@ -256,17 +271,6 @@ def _eigh2(a, uplo="L"):
             cols[i], cols[i + 1] = (_where(swap, cols[i + 1], cols[i]),
                                     _where(swap, cols[i], cols[i + 1]))  # fmt: skip
     return _stack(w), _stack(cols, axis=1)
-
-
-@functools.cache
-def _lapack_has(routine: str) -> bool:
-    """Whether scipy's LAPACK, which generated code calls through a function pointer, is
-    installed and exports ``routine``."""
-    try:
-        from scipy.linalg import cython_lapack
-    except ImportError:
-        return False
-    return routine in cython_lapack.__pyx_capi__
 
 
 def _lapack_available() -> bool:
