@@ -327,11 +327,13 @@ from .numpy_linalg import FUNCTIONS as _LINALG  # noqa: E402  (it builds on the 
 from .np_logic import FUNCTIONS as _LOGIC  # noqa: E402
 from .np_nan import FUNCTIONS as _NAN  # noqa: E402
 from .np_pad import FUNCTIONS as _PAD  # noqa: E402
+from .numpy_qr import FUNCTIONS as _QR  # noqa: E402
 
 FUNCTIONS.update(_LINALG)
 FUNCTIONS.update(_LOGIC)
 FUNCTIONS.update(_NAN)
 FUNCTIONS.update(_PAD)
+FUNCTIONS.update(_QR)
 
 
 def _function_name(fn: Callable) -> str:

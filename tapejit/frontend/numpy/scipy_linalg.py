@@ -1,7 +1,8 @@
 """``scipy.linalg``'s factorisations and solves on traced values: ``cholesky``, ``cho_factor``,
 ``cho_solve``, ``solve_triangular``, ``lu_factor``, ``lu_solve``, ``solve`` (``assume_a``
 'gen', 'sym', 'pos' and the triangular kinds), ``inv`` and ``det``, as the primitives of
-:mod:`.numpy_factor` (LAPACK's routines, the ones scipy calls, with matrix-level derivatives).
+:mod:`.numpy_factor` (LAPACK's routines, the ones scipy calls, with matrix-level derivatives),
+and ``expm`` (Padé scaling and squaring, traced).
 
 scipy's functions convert their arguments with ``np.asarray``, which a traced value refuses, and
 they are plain Python functions (no ``__array_function__``), so while a trace runs
@@ -179,11 +180,68 @@ def det(a, overwrite_a=False, check_finite=True):
     return np.linalg.det(_t(a))
 
 
+#: The degree-13 Padé coefficients b_0..b_13 of exp (Higham 2005, "The scaling and squaring
+#: method for the matrix exponential revisited", Table 2.3) and the 1-norm up to which they
+#: are accurate to double precision without scaling (theta_13, ibid. Table 2.3).
+_PADE13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
+           129060195264000.0, 10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0,
+           40840800.0, 960960.0, 16380.0, 182.0, 1.0)  # fmt: skip
+_THETA13 = 5.371920351148152
+
+#: The most squarings :func:`expm` runs (a 1-norm up to theta_13 2^60).
+_MAX_SQUARINGS = 60
+
+
+def _squarings(a: Tracer) -> int:
+    """s = max(0, ceil(log2(||a||_1 / theta_13))), decided at trace time: each comparison is a
+    guard, so an input whose norm falls in another power-of-two bucket compiles another
+    specialisation (as any value-dependent branch does)."""
+    norm = np.max(np.sum(np.abs(a), axis=0))
+    for s in range(_MAX_SQUARINGS + 1):
+        if not (norm > _THETA13 * 2.0**s):  # noqa: SIM108  (a guard on a traced comparison)
+            return s
+    raise _fail(
+        f"scipy.linalg.expm: the 1-norm of the matrix is above {_THETA13 * 2.0**_MAX_SQUARINGS:.3g}"
+        " (or NaN); its exponential overflows"
+    )
+
+
+def _expm2(a: Tracer) -> Tracer:
+    n = a.shape[0]
+    s = _squarings(a)
+    a = a * (0.5**s)
+    b = _PADE13
+    eye = _t(np.eye(n))
+    a2 = a @ a
+    a4 = a2 @ a2
+    a6 = a2 @ a4
+    u = a @ (a6 @ (b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2
+             + b[1] * eye)  # fmt: skip
+    v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye
+    r = np.linalg.solve(v - u, v + u)
+    for _ in range(s):
+        r = r @ r
+    return r
+
+
+def expm(A):
+    """``scipy.linalg.expm``: the degree-13 Padé approximant with scaling and squaring
+    (Higham 2005, alg. 2.3; scipy uses the same approximant above its smaller degrees' norms),
+    for a (..., n, n) array. Its derivative is that of the algorithm, which approximates the
+    Fréchet derivative to the same accuracy (Al-Mohy & Higham 2009, "Computing the Fréchet
+    derivative of the matrix exponential", sec. 6). The number of squarings depends on the
+    1-norm: a guard per power of two (see :func:`_squarings`)."""
+    a = _t(A)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise _fail(f"scipy.linalg.expm: expected a square matrix (..., n, n), got shape {a.shape}")
+    return _batched(_expm2, a)
+
+
 #: name -> the traced implementation
 FUNCTIONS: dict[str, Callable] = {
     "cholesky": cholesky, "cho_factor": cho_factor, "cho_solve": cho_solve,
     "solve_triangular": solve_triangular, "lu_factor": lu_factor, "lu_solve": lu_solve,
-    "solve": solve, "inv": inv, "det": det,
+    "solve": solve, "inv": inv, "det": det, "expm": expm,
 }  # fmt: skip
 
 
