@@ -14,7 +14,8 @@ Errors follow numpy: a ``solve``/``inv`` of a singular matrix and a ``cholesky``
 that is not positive definite raise ``numpy.linalg.LinAlgError`` at the call (a guard whose
 site begins with :data:`~tapejit.frontend.dynamic_index.LINALG_SITE`; nothing is written).
 ``det`` of a singular matrix is 0 (``slogdet``: sign 0, log -inf), as numpy's; the gradient of
-``det`` there is NaN at these sizes (the compositions give the adjugate).
+``det`` there is the adjugate where one pivot is zero, NaN where two are (the cofactor
+expansion of :mod:`.numpy_linalg` up to 3 x 3 gives the adjugate always).
 """
 
 from __future__ import annotations

@@ -10,11 +10,19 @@ primitives (:mod:`.numpy_factor`: compile time independent of n, numpy's ``LinAl
 generated stand-ins for LAPACK without scipy). Batched inputs
 (``(..., n, n)``) loop over the batch at trace time.
 
+* Up to 3 x 3 (:data:`COFACTOR_MAX`), ``det`` is the cofactor (Laplace) expansion and ``inv``
+  and ``solve`` the adjugate over it: polynomials and one division, whose derivatives need no
+  hand-given rule (the gradient of ``det`` is the cofactor matrix, singular matrices included)
+  and which vectorise across a loop's elements as scalar code
+  (:mod:`tapejit.passes.small_arrays`). An exactly singular matrix raises numpy's
+  ``LinAlgError`` at the call. The products are unscaled: entries beyond about 1e100 (or
+  below 1e-100) overflow (underflow) where a pivoted LU would not.
 * LU factorisation with **partial pivoting** (Golub & Van Loan, *Matrix Computations*, 4th ed.,
   alg. 3.4.1), branch-free: the pivot row is selected with masks (the first row of largest
   magnitude, as LAPACK's ``dgetrf``), so no guard and no recompile depends on the values.
-  ``solve``, ``inv``, ``det`` and ``slogdet`` use it. A singular matrix gives inf/NaN (numpy
-  raises ``LinAlgError``; the primitives of :mod:`.numpy_factor` do).
+  ``solve``, ``inv`` and ``det`` of 4 x 4 and ``slogdet`` up to 4 x 4 use it. A singular
+  matrix gives inf/NaN there (numpy raises ``LinAlgError``; the primitives of
+  :mod:`.numpy_factor` and the adjugate path do).
 * Cholesky (Golub & Van Loan alg. 4.2.1), no pivoting; a matrix that is not positive definite
   gives NaN (numpy raises ``LinAlgError``).
 * ``eigh``/``eigvalsh`` by cyclic Jacobi rotations (Golub & Van Loan alg. 8.5.3) for a fixed
@@ -62,6 +70,13 @@ def _batched(fn, a, *rest):
     return _reshape(_stack(outs), lead + outs[0].shape)
 
 
+#: The largest n whose determinant is the cofactor (Laplace) expansion: a polynomial in the
+#: entries, so its derivative is the cofactor matrix (the adjugate's transpose) everywhere —
+#: singular matrices included, without a hand-given rule — and a few multiply-adds per matrix
+#: that batch and vectorise across a loop's elements (a deformation gradient's det per element).
+COFACTOR_MAX = 3
+
+
 def _lu(m):
     """Partially pivoted elimination of ``m`` (n x p, p >= n) to upper-triangular form.
     Returns (the eliminated matrix, the sign of the row permutation)."""
@@ -107,9 +122,40 @@ def _solve2(a, b):
     return _reshape(x, (n,)) if vec else x
 
 
+def _adjugate_small(a, name: str):
+    """(adj a, det a) of ``a`` (..., n, n), n <= :data:`COFACTOR_MAX`, from the cofactors
+    (the 3 x 3 ones by the cyclic rule C[i][j] = e[i+1][j+1] e[i+2][j+2] - e[i+1][j+2] e[i+2][j+1],
+    indices mod 3); ``LinAlgError`` at the call, as numpy's, where a determinant is exactly 0.
+    The entries' products are formed unscaled: magnitudes beyond about 1e100 (1e-100) overflow
+    (underflow) where LAPACK's pivoted LU would not."""
+    n = a.shape[-1]
+    e = [[a[..., i, j] for j in range(n)] for i in range(n)]
+    if n == 1:
+        cof = [[_like(1.0, e[0][0])]]
+    elif n == 2:
+        cof = [[e[1][1], -e[1][0]], [-e[0][1], e[0][0]]]
+    else:
+        cof = [[e[(i + 1) % 3][(j + 1) % 3] * e[(i + 2) % 3][(j + 2) % 3]
+                - e[(i + 1) % 3][(j + 2) % 3] * e[(i + 2) % 3][(j + 1) % 3]
+                for j in range(3)] for i in range(3)]  # fmt: skip
+    d = e[0][0] * cof[0][0]
+    for j in range(1, n):
+        d = d + e[0][j] * cof[0][j]
+    adj = np.stack([np.stack([cof[j][i] for j in range(n)], axis=-1) for i in range(n)], axis=-2)
+    singular = d == 0.0
+    factor._raises_if(_t(np.any(singular)).node, "Singular matrix", name)
+    return adj, d
+
+
 def solve(a, b):
-    """``np.linalg.solve(a, b)``: ``a`` (..., n, n), ``b`` (..., n) or (..., n, k)."""
+    """``np.linalg.solve(a, b)``: ``a`` (..., n, n), ``b`` (..., n) or (..., n, k). Up to
+    3 x 3 (:data:`COFACTOR_MAX`) by the adjugate, ``adj(a) b / det(a)`` (a few multiply-adds
+    that vectorise across a loop's elements); above, pivoted LU."""
     a, b = _square(a, "solve"), _t(b)
+    n = a.shape[-1]
+    if n <= COFACTOR_MAX and a.ndim == 2:
+        adj, d = _adjugate_small(a, "numpy.linalg.solve")
+        return (adj @ b) / d
     if factor.use_primitives(a.shape[-1]):
         return _batched(factor.solve, a, b)
     if a.ndim == 2:
@@ -120,6 +166,9 @@ def solve(a, b):
 def inv(a):
     """``np.linalg.inv(a)`` for ``a`` of shape (..., n, n)."""
     a = _square(a, "inv")
+    if a.shape[-1] <= COFACTOR_MAX:  # the adjugate over the determinant (see _adjugate_small)
+        adj, d = _adjugate_small(a, "numpy.linalg.inv")
+        return adj / d[..., None, None]
     if factor.use_primitives(a.shape[-1]):
         return _batched(factor.inv, a)
     eye = np.eye(a.shape[-1])
@@ -188,11 +237,31 @@ def _det2_jvp(primals, tangents):
     return value, _reduce(Op.REDUCE_SUM, _transpose(adj, (1, 0)) * da)
 
 
+def _det_cofactor(a):
+    """det of ``a`` (..., n, n), n <= 3, by cofactor expansion along the first row; ``+ 0.0``
+    makes an exact zero +0.0, as numpy's det of a singular matrix."""
+    n = a.shape[-1]
+    e = [[a[..., i, j] for j in range(n)] for i in range(n)]
+    if n == 1:
+        d = e[0][0]
+    elif n == 2:
+        d = e[0][0] * e[1][1] - e[0][1] * e[1][0]
+    else:
+        d = (e[0][0] * (e[1][1] * e[2][2] - e[1][2] * e[2][1])
+             - e[0][1] * (e[1][0] * e[2][2] - e[1][2] * e[2][0])
+             + e[0][2] * (e[1][0] * e[2][1] - e[1][1] * e[2][0]))  # fmt: skip
+    return d + 0.0
+
+
 def det(a):
-    """``np.linalg.det(a)``: the product of the pivots times the permutation's sign; 0 for a
-    singular matrix, with the adjugate as its gradient (Jacobi's formula)."""
+    """``np.linalg.det(a)``, ``a`` of shape (..., n, n): the cofactor expansion up to 3 x 3
+    (:data:`COFACTOR_MAX`), else the product of the pivots times the permutation's sign; 0 for
+    a singular matrix, with the adjugate as its gradient (Jacobi's formula)."""
     a = _square(a, "det")
-    return _batched(factor.det if factor.use_primitives(a.shape[-1]) else _det2, a)
+    n = a.shape[-1]
+    if n <= COFACTOR_MAX:
+        return _det_cofactor(a)
+    return _batched(factor.det if factor.use_primitives(n) else _det2, a)
 
 
 def _slogdet2(a):
