@@ -35,6 +35,7 @@ from ..core.ops_window import window, window_add
 from .accumulation import (_accumulation, _Body, _inner_plans, _is_zero, _replace_body,
                            _split_loops, _strip, _without_zero_adds)
 from .nest_layout import Forms, Layout, window_or_take
+from . import small_arrays
 
 #: Ops batched by rebuilding them on batched operands (numpy broadcasting aligns the batch
 #: axis: every batched operand has it in front, an unbatched one broadcasts over it).
@@ -242,6 +243,15 @@ class _Batcher:
             return ops.reshape(rows, (N, *n.shape)), True
         if n.op == Op.MATMUL:
             return self._matmul(n, args), True
+        if n.op in (Op.SCATTER, Op.SCATTER_ADD):
+            # a small array assembled in the iteration (np.stack, F[0, :] = ...): every
+            # iteration's array at once, the batch axis a leading full slice of the region
+            (acc, ab), (upd, ub) = args
+            if not ab:
+                acc = ops.broadcast_to(ops.reshape(acc, (1, *acc.shape)), (N, *acc.shape))
+            if not ub:
+                upd = ops.broadcast_to(ops.reshape(upd, (1, *upd.shape)), (N, *upd.shape))
+            return ops.make(n.op, acc, upd, attrs=((0, N, 1), *n.attrs)), True
         raise _NoRule(f"no batching rule for {n.op}")
 
     def _known(self, n: Node) -> np.ndarray | None:
@@ -513,6 +523,17 @@ def vectorise(loop: Node, counter: Node, consts: Constants | None = None) -> lis
         split = _split_loops(spec.body)
         if split is not spec.body:
             spec = _replace_body(spec, split)
+    if small_arrays.worth_it(spec.body):  # the body's 3 x 3 matrices as nine scalars each
+        flat = small_arrays.scalarise(spec.body)
+        if flat is not spec.body:
+            out = _vectorise_spec(loop, _replace_body(spec, flat), counter, consts)
+            if out is not None:
+                return out
+    return _vectorise_spec(loop, spec, counter, consts)
+
+
+def _vectorise_spec(loop: Node, spec, counter: Node, consts: Constants | None) -> list[Node] | None:
+    """:func:`vectorise` of ``loop`` with its spec (body) ``spec``."""
     body = _Body(spec)
     plans = []
     for k in range(spec.n_carry):
