@@ -227,11 +227,23 @@ RULE_CASES = {
             (),
             lambda g: "scatter_add" not in _ops_in(g),
         ),
+        (
+            lambda u: mk("scatter_add", c(-0.0, (1, 4)), u, attrs=(0, (0, 4, 1))),
+            [(4,)],
+            (),
+            lambda g: "scatter_add" not in _ops_in(g),
+        ),
     ],
     "scatter-whole": [  # c[0:n] = u over the whole array is u
         (
             lambda u: mk("scatter", c(0.0, (2, 3)), u, attrs=((0, 2, 1), (0, 3, 1))),
             [(2, 3)],
+            (),
+            lambda g: "scatter" not in _ops_in(g),
+        ),
+        (  # c[:, 0] = u of a (n, 1) array (an element's cotangent column): a reshape of u
+            lambda u: mk("scatter", c(0.0, (3, 1)), u, attrs=((0, 3, 1), 0)),
+            [(3,)],
             (),
             lambda g: "scatter" not in _ops_in(g),
         ),

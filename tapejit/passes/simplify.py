@@ -283,10 +283,18 @@ def _index(n, rw):
 
 
 def _whole(shape: tuple[int, ...], items: tuple) -> bool:
-    """Whether index ``items`` select every element of ``shape`` in order."""
-    return all(it == (0, d, 1) for it, d in zip(items, shape)) and all(
-        isinstance(it, tuple) for it in items
-    )
+    """Whether index ``items`` select every element of ``shape`` in order (an integer item
+    selects all of an axis of length 1: ``c[:, 0]`` of a ``(n, 1)`` array)."""
+    return all(it == (0, d, 1) or (it == 0 and d == 1) for it, d in zip(items, shape))
+
+
+def _whole_update(n) -> Node | None:
+    """The update of scatter ``n`` viewed with ``n``'s shape when it covers every element of
+    the result in order, else ``None``."""
+    upd = n.args[1]
+    if upd.type.size != n.type.size or not _whole(n.shape, n.attrs):
+        return None
+    return upd if upd.shape == n.shape else ops.reshape(upd, n.shape)
 
 
 def _scatter_add(n, rw):
@@ -296,17 +304,12 @@ def _scatter_add(n, rw):
     exact = _is_zero(acc, negative=True) or (
         _is_zero(acc, negative=False) and _not_negative_zero(upd)
     )
-    if exact and upd.shape == n.shape and _whole(n.shape, n.attrs):
-        return upd
-    return None
+    return _whole_update(n) if exact else None
 
 
 def _scatter(n, rw):
     """``c[all] = upd`` is ``upd`` (a cotangent's first contribution, over the whole array)."""
-    acc, upd = n.args
-    if acc.op == Op.CONST and upd.shape == n.shape and _whole(n.shape, n.attrs):
-        return upd
-    return None
+    return _whole_update(n) if n.args[0].op == Op.CONST else None
 
 
 def _reduce_sum(n, rw):
