@@ -30,6 +30,7 @@ import numpy as np
 
 from ..core import ops
 from ..core.ir import Graph, Node
+from ..core.ops_table import take
 from ..core.ops import Op
 
 #: The most elements a value may have and still be split into scalars (a 4 x 4 matrix, a hex
@@ -90,6 +91,9 @@ class _Split:
         hit = self._read.get(id(n))
         if hit is None:
             w = self.whole_of(n)
+            if w.op == Op.TAKE and w.args[0].ndim >= 2 and w.args[1].ndim == 1 and _small(w):
+                hit = self._read[id(n)] = _take_columns(w)
+                return hit
             if w.ndim == 0:
                 hit = [w]
             else:
@@ -175,6 +179,20 @@ class _Split:
             return [_sum([ops.make(Op.MUL, ea[pa[i, l]], eb[pb[l, j]]) for l in range(pa.shape[1])])
                     for i in range(pa.shape[0]) for j in range(pb.shape[1])]  # fmt: skip
         return None
+
+
+def _take_columns(w: Node) -> list[Node]:
+    """The elements of ``w = take(x, idx)`` (rows of a table ``x`` at a few positions: an
+    element's nodes ``X[conn[e]]``) as gathers from ``x``'s columns, ``x[:, k][idx]`` — the
+    form of a model written with scalars (``X[a, 0]``), whose adjoint adds into each column
+    (an ``add_at`` per column) instead of assembling a cotangent row by scatters."""
+    x, idx = w.args
+    cols = []
+    for k in np.ndindex(*x.shape[1:]):
+        col = ops.index(x, ((0, x.shape[0], 1), *(int(i) for i in k)))
+        cols.append(take(col, idx))  # (T,)
+    return [ops.index(cols[int(np.ravel_multi_index(k, x.shape[1:]))], (t,))
+            for t in range(idx.shape[0]) for k in np.ndindex(*x.shape[1:])]  # fmt: skip
 
 
 def _sum(terms: list[Node]) -> Node:
