@@ -194,7 +194,15 @@ RULE_CASES = {
             lambda g: _ops_in(g) == ["input"],
         ),
     ],
-    "index": [(lambda s: ops.index(_bs(s), (2,)), [()], (), lambda g: _ops_in(g) == ["input"])],
+    "index": [
+        (lambda s: ops.index(_bs(s), (2,)), [()], (), lambda g: _ops_in(g) == ["input"]),
+        (  # reshape(u, (3, 1))[:, 0] reads all of u: u itself
+            lambda u: mk("index", ops.reshape(u, (3, 1)), attrs=((0, 3, 1), 0)),
+            [(3,)],
+            (),
+            lambda g: _ops_in(g) == ["input"],
+        ),
+    ],
     "reduce-sum": [
         (
             lambda s: ops.reduce("reduce_sum", _bs(s)),

@@ -277,9 +277,17 @@ def _transpose(n, rw):
 
 
 def _index(n, rw):
+    """``x[items]`` of a broadcast scalar is the scalar broadcast; ``x[:, 0]`` that reads all of
+    ``x`` (integer items on axes of length 1) a reshape of ``x`` — ``t`` itself for
+    ``reshape(t, (n, 1))[:, 0]``, so a loop reading it reads ``t`` in the same iteration
+    rather than from memory through a view."""
     (x,) = n.args
     s = _scalar(x)
-    return None if s is None else ops.broadcast_to(s, n.shape)
+    if s is not None:
+        return ops.broadcast_to(s, n.shape)
+    if n.attrs and _whole(x.shape, n.attrs):
+        return ops.reshape(x, n.shape)
+    return None
 
 
 def _whole(shape: tuple[int, ...], items: tuple) -> bool:
@@ -351,7 +359,7 @@ RULES: list[tuple[str, tuple[Op, ...] | None, object, str]] = [
     ("broadcast", (Op.BROADCAST_TO,), _broadcast, "exact"),
     ("reshape", (Op.RESHAPE,), _reshape, "exact"),
     ("transpose", (Op.TRANSPOSE,), _transpose, "exact: also one that moves only unit axes"),
-    ("index", (Op.INDEX,), _index, "exact: indexing a broadcast scalar"),
+    ("index", (Op.INDEX,), _index, "exact: indexing a broadcast scalar, or all of an array"),
     ("scatter-add-whole", (Op.SCATTER_ADD,), _scatter_add, "exact: as add"),
     ("scatter-whole", (Op.SCATTER,), _scatter, "exact: every element overwritten"),
     ("reduce-sum", (Op.REDUCE_SUM,), _reduce_sum, "sum of a broadcast s -> count*s (rounding)"),
