@@ -9,6 +9,7 @@ Every function returns the energy and writes the gradient ``g`` (the shape of ``
     sc_morse_grad(x, g, n, work)                 work: 6 n doubles
     sc_springs_grad(x, g, nx, conn, rest, k, S)  nx = x.size
     sc_neohookean_grad(x, g, nx, tri, Bm, area, E)
+    sc_tets_grad(x, g, nx, tet, Bsoa, vol, E)    Bsoa: (9, E), DmInv's entries by rows
     sc_angles_grad(x, g, nx, trip, T)
     sc_stencil_grad(u, g, n)
     sc_chain_grad(state, g, n, T, work)          work: (T + 5) n doubles
@@ -155,6 +156,77 @@ double sc_neohookean_grad(const double *restrict x, double *restrict g, int64_t 
             g[2 * j] += h00; g[2 * j + 1] += h10;
             g[2 * k] += h01; g[2 * k + 1] += h11;
             g[2 * i] -= h00 + h01; g[2 * i + 1] -= h10 + h11;
+        }
+    }
+    return e;
+}
+
+/* ---- 3b. neo-Hookean tetrahedra, x (n, 3): F = Ds B, P = mu F + (lam log J - mu) cof(F) / J,
+ *      H = vol P B^T; node m of b, c, d gets column m - 1 of H, node a minus their sum ---- */
+static inline double tets_block(const double *restrict x, const int64_t *restrict tet,
+                                const double *restrict B, int64_t E, const double *restrict vol,
+                                int64_t m, double *restrict h) {
+    double e = 0.0;
+    for (int64_t q = 0; q < m; q++) {
+        const int64_t a = 3 * tet[4 * q], b = 3 * tet[4 * q + 1], c = 3 * tet[4 * q + 2],
+                      d = 3 * tet[4 * q + 3];
+        const double B00 = B[q], B01 = B[E + q], B02 = B[2 * E + q], B10 = B[3 * E + q],
+                     B11 = B[4 * E + q], B12 = B[5 * E + q], B20 = B[6 * E + q],
+                     B21 = B[7 * E + q], B22 = B[8 * E + q];
+        const double xa = x[a], ya = x[a + 1], za = x[a + 2];
+        const double D00 = x[b] - xa, D01 = x[c] - xa, D02 = x[d] - xa;
+        const double D10 = x[b + 1] - ya, D11 = x[c + 1] - ya, D12 = x[d + 1] - ya;
+        const double D20 = x[b + 2] - za, D21 = x[c + 2] - za, D22 = x[d + 2] - za;
+        const double F00 = D00 * B00 + D01 * B10 + D02 * B20, F01 = D00 * B01 + D01 * B11 + D02 * B21,
+                     F02 = D00 * B02 + D01 * B12 + D02 * B22;
+        const double F10 = D10 * B00 + D11 * B10 + D12 * B20, F11 = D10 * B01 + D11 * B11 + D12 * B21,
+                     F12 = D10 * B02 + D11 * B12 + D12 * B22;
+        const double F20 = D20 * B00 + D21 * B10 + D22 * B20, F21 = D20 * B01 + D21 * B11 + D22 * B21,
+                     F22 = D20 * B02 + D21 * B12 + D22 * B22;
+        const double C00 = F11 * F22 - F12 * F21, C01 = F12 * F20 - F10 * F22, C02 = F10 * F21 - F11 * F20;
+        const double C10 = F21 * F02 - F22 * F01, C11 = F22 * F00 - F20 * F02, C12 = F20 * F01 - F21 * F00;
+        const double C20 = F01 * F12 - F02 * F11, C21 = F02 * F10 - F00 * F12, C22 = F00 * F11 - F01 * F10;
+        const double J = F00 * C00 + F01 * C01 + F02 * C02, logJ = log(J);
+        const double I1 = F00 * F00 + F01 * F01 + F02 * F02 + F10 * F10 + F11 * F11 + F12 * F12
+                        + F20 * F20 + F21 * F21 + F22 * F22;
+        const double v = vol[q];
+        e += v * (0.5 * MU * (I1 - 3.0 - 2.0 * logJ) + 0.5 * LAM * logJ * logJ);
+        const double s = v * (LAM * logJ - MU) / J, u = v * MU;     /* vol P = u F + s cof(F) */
+        const double P00 = u * F00 + s * C00, P01 = u * F01 + s * C01, P02 = u * F02 + s * C02;
+        const double P10 = u * F10 + s * C10, P11 = u * F11 + s * C11, P12 = u * F12 + s * C12;
+        const double P20 = u * F20 + s * C20, P21 = u * F21 + s * C21, P22 = u * F22 + s * C22;
+        h[0 * BLOCK + q] = P00 * B00 + P01 * B01 + P02 * B02;      /* H = vol P B^T, row-major */
+        h[1 * BLOCK + q] = P00 * B10 + P01 * B11 + P02 * B12;
+        h[2 * BLOCK + q] = P00 * B20 + P01 * B21 + P02 * B22;
+        h[3 * BLOCK + q] = P10 * B00 + P11 * B01 + P12 * B02;
+        h[4 * BLOCK + q] = P10 * B10 + P11 * B11 + P12 * B12;
+        h[5 * BLOCK + q] = P10 * B20 + P11 * B21 + P12 * B22;
+        h[6 * BLOCK + q] = P20 * B00 + P21 * B01 + P22 * B02;
+        h[7 * BLOCK + q] = P20 * B10 + P21 * B11 + P22 * B12;
+        h[8 * BLOCK + q] = P20 * B20 + P21 * B21 + P22 * B22;
+    }
+    return e;
+}
+
+double sc_tets_grad(const double *restrict x, double *restrict g, int64_t nx,
+                    const int64_t *restrict tet, const double *restrict Bm,
+                    const double *restrict vol, int64_t E) {
+    double h[9 * BLOCK] __attribute__((aligned(64)));
+    memset(g, 0, sizeof(double) * nx);
+    double e = 0.0;
+    for (int64_t e0 = 0; e0 < E; e0 += BLOCK) {
+        const int64_t m = E - e0 < BLOCK ? E - e0 : BLOCK;
+        e += tets_block(x, tet + 4 * e0, Bm + e0, E, vol + e0, m, h);
+        const int64_t *t = tet + 4 * e0;
+        for (int64_t q = 0; q < m; q++) {
+            for (int r = 0; r < 3; r++) {
+                double h0 = h[(3 * r) * BLOCK + q], h1 = h[(3 * r + 1) * BLOCK + q];
+                double h2 = h[(3 * r + 2) * BLOCK + q];
+                g[3 * t[4 * q + 1] + r] += h0;
+                g[3 * t[4 * q + 2] + r] += h1;
+                g[3 * t[4 * q + 3] + r] += h2;
+                g[3 * t[4 * q] + r] -= h0 + h1 + h2;
+            }
         }
     }
     return e;
@@ -324,6 +396,8 @@ double sc_springs_grad(const double *x, double *g, int64_t nx, const int64_t *co
                     const double *rest, const double *k, int64_t S);
 double sc_neohookean_grad(const double *x, double *g, int64_t nx, const int64_t *tri,
                        const double *Bm, const double *area, int64_t E);
+double sc_tets_grad(const double *x, double *g, int64_t nx, const int64_t *tet,
+                    const double *Bsoa, const double *vol, int64_t E);
 double sc_angles_grad(const double *x, double *g, int64_t nx, const int64_t *trip, int64_t T);
 double sc_stencil_grad(const double *u, double *g, int64_t n);
 double sc_chain_grad(const double *state, double *g, int64_t n, int64_t T, double *w);
@@ -361,6 +435,9 @@ class CGradient:
             self.args = (px, pg, nx, pi(t["conn"]), p(t["rest"]), p(t["k"]), len(t["rest"]))
         elif name == "neohookean":
             self.args = (px, pg, nx, pi(t["tri"]), p(t["Bm"]), p(t["area"]), len(t["area"]))
+        elif name == "tets":
+            self.soa = np.ascontiguousarray(t["DmInv"].reshape(-1, 9).T)  # vectorised loads
+            self.args = (px, pg, nx, pi(t["tet"]), p(self.soa), p(t["vol"]), len(t["vol"]))
         elif name == "angles":
             self.args = (px, pg, nx, pi(t["trip"]), len(t["trip"]))
         elif name == "stencil":

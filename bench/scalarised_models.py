@@ -11,6 +11,8 @@ same shapes (positions moved a little), to see whether a compiled gradient recom
 * ``morse``: Morse pairs i < j, positions flat (``x[3*i + 0]``); size N atoms.
 * ``springs``: spring network, ``a = conn[s, 0]; b = conn[s, 1]``, x (n, 2); S springs.
 * ``neohookean``: 2-D neo-Hookean triangles, ``i, j, k = tri[e]``, x (n, 2); E elements.
+* ``tets``: 3-D neo-Hookean tetrahedra written with matrices — ``np.stack`` of the edge
+  vectors, ``F = Ds @ DmInv[e]``, ``np.linalg.det(F)``, ``np.sum(F * F)`` — x (n, 3); E elements.
 * ``angles``: three-body angle term over triples ``i, j, k = trip[t]``, x (n, 3); T triples.
 * ``stencil``: Ginzburg-Landau stencil over u (n, n), nested ``for i: for j:``; n.
 * ``chain``: explicit Euler of an oscillator chain, state = (x0, v0), ``np.zeros`` arrays;
@@ -100,6 +102,26 @@ def make_neohookean(tri, Bm, area):
         return e
 
     return neohookean
+
+
+# -- 3b. 3-D neo-Hookean tetrahedra, with small matrices -----------------------------------------
+def make_tets(tet, DmInv, vol):
+    """Neo-Hookean strain energy of linear tetrahedra ``tet[e] = (a, b, c, d)``, written with
+    3 x 3 matrices; ``DmInv[e]`` is the inverse of the reference edge matrix, ``vol[e]`` the
+    element's volume."""
+
+    def tets(x):
+        e = 0.0
+        for el in range(tet.shape[0]):
+            a, b, c, d = tet[el]
+            Ds = np.stack([x[b] - x[a], x[c] - x[a], x[d] - x[a]], axis=1)
+            F = Ds @ DmInv[el]
+            logJ = np.log(np.linalg.det(F))
+            W = 0.5 * MU * (np.sum(F * F) - 3.0 - 2.0 * logJ) + 0.5 * LAM * logJ * logJ
+            e += vol[el] * W
+        return e
+
+    return tets
 
 
 # -- 4. three-body angle term ----------------------------------------------------------------------
@@ -295,6 +317,31 @@ def _grid_triangles(E: int, seed: int):
     return tri, Bm, area, np.ascontiguousarray(x)
 
 
+def _grid_tets(E: int, seed: int):
+    """A k x k x k cube of unit cells, six tetrahedra around each cell's diagonal (E = 6 k^3),
+    positively oriented; their reference inverse edge matrices and volumes, and a deformed
+    configuration (J > 0)."""
+    k = round((E // 6) ** (1 / 3))
+    assert 6 * k**3 == E, f"E = {E}: not 6 k^3 tetrahedra"
+    node = np.arange((k + 1) ** 3).reshape(k + 1, k + 1, k + 1)
+    tets = []
+    for i, j, l in np.ndindex(k, k, k):
+        c = [node[i + a, j + b, l + e] for a in (0, 1) for b in (0, 1) for e in (0, 1)]
+        for p, q in ((1, 3), (3, 2), (2, 6), (6, 4), (4, 5), (5, 1)):
+            tets.append((c[0], c[p], c[q], c[7]))
+    tet = np.array(tets, dtype=np.int64)
+    X = np.stack(np.meshgrid(*[np.arange(k + 1.0)] * 3, indexing="ij"), -1).reshape(-1, 3) * 0.1
+    Dm = np.stack([X[tet[:, m]] - X[tet[:, 0]] for m in (1, 2, 3)], axis=2)
+    flip = np.linalg.det(Dm) < 0
+    tet[flip, 1], tet[flip, 2] = tet[flip, 2].copy(), tet[flip, 1].copy()
+    Dm = np.stack([X[tet[:, m]] - X[tet[:, 0]] for m in (1, 2, 3)], axis=2)
+    DmInv = np.ascontiguousarray(np.linalg.inv(Dm))
+    vol = np.linalg.det(Dm) / 6.0
+    rng = np.random.default_rng(seed)
+    x = X * np.array([1.1, 0.95, 1.02]) + 0.004 * rng.uniform(-1, 1, X.shape)
+    return tet, DmInv, vol, np.ascontiguousarray(x)
+
+
 def _triples(T: int, seed: int):
     """Angle triples (i, j, k), j the vertex: 7 neighbour pairs of each atom of a jittered
     8 x 8 x (T / 448) lattice (neighbours wrap around the box)."""
@@ -328,6 +375,10 @@ def build(model: str, size) -> Case:
         tri, Bm, area, x = _grid_triangles(size, size)
         f = make_neohookean(tri, Bm, area)
         return Case(model, f"E={size}", f, x, {"tri": tri, "Bm": Bm, "area": area})
+    if model == "tets":
+        tet, DmInv, vol, x = _grid_tets(size, size)
+        f = make_tets(tet, DmInv, vol)
+        return Case(model, f"E={size}", f, x, {"tet": tet, "DmInv": DmInv, "vol": vol})
     if model == "angles":
         trip, x = _triples(size, size)
         return Case(model, f"T={size}", make_angles(trip), x, {"trip": trip})
@@ -351,6 +402,7 @@ MODELS: dict[str, tuple[list, list]] = {
     "morse": ([64], [64, 1024]),
     "springs": ([1000], [1000, 10000]),
     "neohookean": ([1000], [1000, 10000]),
+    "tets": ([6000], [6000, 48000]),
     "angles": ([7168], [7168]),
     "stencil": ([32], [32, 128]),
     "chain": ([(100, 16)], [(100, 16), (1000, 32)]),
