@@ -120,6 +120,39 @@ def test_pinv_of_a_rank_deficient_matrix(n, m):
     assert _directional(h, full, gr) < 1e-6
 
 
+@pytest.mark.parametrize("n,m", [(2, 4), (3, 5), (5, 5)])
+def test_pinv_hermitian(n, m):
+    """pinv(a, hermitian=True) as numpy computes it (from the eigenvalues, |w| <= rcond max|w|
+    zero; only the lower triangle read): of x^T x at rank n, with its gradient through x
+    (rank locally constant), and of a matrix that is not symmetric; forward mode and a stack
+    of matrices with rcond."""
+    x = RNG.standard_normal((n, m))
+    w = RNG.standard_normal((m, m))
+
+    def f(x):
+        return np.sum(w * np.linalg.pinv(x.T @ x, hermitian=True))
+
+    grad = tj.compile(f, x, cache=False)
+    value, gr = grad.value_and_grad(x)
+    assert value == pytest.approx(f(x), rel=1e-9)
+    assert _directional(f, x, gr) < 1e-6
+
+    def h(a):
+        return np.sum(w * np.linalg.pinv(a, hermitian=True))
+
+    a = RNG.standard_normal((m, m))  # not symmetric: numpy reads the lower triangle
+    value, gr = tj.compile(h, a, cache=False).value_and_grad(a)
+    assert value == pytest.approx(h(a), rel=1e-10)
+    assert _directional(h, a, gr) < 1e-6
+    assert np.all(np.triu(gr, 1) == 0.0)  # the upper triangle is not read
+    tangent = tj.jvp(lambda a: np.linalg.pinv(a, hermitian=True), (a,), (a,))
+    np.testing.assert_allclose(tangent[0], np.linalg.pinv(a, hermitian=True), rtol=1e-10, atol=1e-13)
+    stack = RNG.standard_normal((3, m, m))
+    stack = stack + np.swapaxes(stack, 1, 2)
+    got = tj.jvp(lambda b: np.linalg.pinv(b, hermitian=True, rcond=1e-3), (stack,), (stack,))[0]
+    np.testing.assert_allclose(got, np.linalg.pinv(stack, hermitian=True, rcond=1e-3), rtol=1e-10, atol=1e-13)
+
+
 def test_pinv_rcond_and_rtol():
     x = RNG.standard_normal((3, 5))
     s = np.linalg.svd(x, compute_uv=False)

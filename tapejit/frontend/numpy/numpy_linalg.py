@@ -523,8 +523,19 @@ def _pinv_values(a, rcond):
     return _transpose(vt * inv[:, None], (1, 0)) @ _transpose(u, (1, 0))
 
 
+def _pinv_hermitian_values(a, rcond):
+    """numpy's ``pinv(a, hermitian=True)`` of symmetric ``a``: V diag(1/w) V^T from
+    :func:`eigh`, the eigenvalues with |w| <= rcond max|w| treated as zero (numpy takes the
+    singular values as |w|)."""
+    w, v = eigh(a)
+    s = abs(w)
+    large = s > rcond * _reduce(Op.REDUCE_MAX, s)
+    inv = _where(large, 1.0 / _where(large, w, 1.0), 0.0)
+    return (v * inv[None, :]) @ _transpose(v, (1, 0))
+
+
 @functools.cache
-def _pinv_rule(rcond: float) -> custom_jvp:
+def _pinv_rule(rcond: float, hermitian: bool = False) -> custom_jvp:
     """The pseudo-inverse with its closed-form derivative (Golub & Pereyra, "The
     differentiation of pseudo-inverses and nonlinear least squares problems", SIAM J. Numer.
     Anal. 10, 1973): with P = A^+, dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P,
@@ -532,14 +543,16 @@ def _pinv_rule(rcond: float) -> custom_jvp:
     defined where singular values coincide (an orthogonal matrix, the identity). Reverse mode
     transposes it (it is linear in dA)."""
 
+    values = _pinv_hermitian_values if hermitian else _pinv_values
+
     @custom_jvp
     def pinv_at_rank(a):
-        return _pinv_values(a, rcond)
+        return values(a, rcond)
 
     @pinv_at_rank.defjvp
     def _jvp(primals, tangents):
         (a,), (da,) = primals, tangents
-        p = _pinv_values(a, rcond)
+        p = values(a, rcond)
         m, n = a.shape
         left = np.eye(m) - a @ p  # projects onto the complement of A's range
         right = np.eye(n) - p @ a  # ... of A's row space
@@ -582,12 +595,19 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=_NO_VALUE):
     where singular values coincide too: the identity, an orthogonal matrix).
 
     Without scipy (or beyond the SVD's size caps): ``(A^T A)^-1 A^T`` (m >= n) or
-    ``A^T (A A^T)^-1`` by LU, for full-rank matrices only (a guard refuses the others)."""
-    if hermitian:
-        raise _fail("numpy.linalg.pinv: hermitian= is not supported")
+    ``A^T (A A^T)^-1`` by LU, for full-rank matrices only (a guard refuses the others).
+
+    ``hermitian=True``: ``a`` (..., n, n) is taken as symmetric from its lower triangle (as
+    numpy's ``eigh`` reads it) and its pseudo-inverse computed from :func:`eigh` (n <=
+    ``EIGH_MAX`` with scipy; otherwise by the SVD of the symmetric matrix, the same matrix up
+    to rounding), with the same derivative rule."""
     a = _t(a)
     if a.ndim < 2:
         raise _fail("numpy.linalg.pinv: the array must have at least 2 dimensions")
+    if hermitian:
+        a = _square(a, "pinv")
+        lower = np.tril(np.ones(a.shape[-2:], dtype=bool))
+        a = _where(lower, a, _transpose(a, (*range(a.ndim - 2), a.ndim - 1, a.ndim - 2)))
     if rcond is not None and rtol is not _NO_VALUE:
         raise _fail("numpy.linalg.pinv: rtol and rcond can't be both set")
     if rcond is None:
@@ -597,6 +617,8 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=_NO_VALUE):
     if np.ndim(rcond) != 0:
         raise _fail("numpy.linalg.pinv: only a scalar rcond / rtol is supported")
     rcond = float(rcond)
+    if hermitian and 0 not in a.shape[-2:] and a.shape[-1] <= ops.EIGH_MAX and _lapack_available():
+        return _batched(lambda m: _pinv_rule(rcond, True)(m), a)
     if _gesdd_available() and 0 not in a.shape[-2:] and _svd_fits(a.shape):
         return _batched(lambda m: _pinv_svd(m, rcond), a)
     if rcond != 1e-15:
