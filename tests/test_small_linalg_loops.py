@@ -1,7 +1,7 @@
 """Small matrices inside element loops: a 3-D tetrahedral element's edge matrix (``np.stack``),
 deformation gradient (``@``), ``det`` and ``inv`` per element.
 
-``det``/``inv``/``solve`` up to 3 x 3 are the cofactor expansion and the adjugate
+``det``/``inv``/``solve`` up to 4 x 4 are the cofactor expansion and the adjugate
 (:data:`tapejit.frontend.numpy.numpy_linalg.COFACTOR_MAX`): polynomials and one division, so
 the gradient needs no hand-given rule and is defined at singular matrices (the cofactor
 matrix). An element loop computing with such small arrays is vectorised with its small
@@ -123,7 +123,7 @@ def test_a_large_array_assembled_in_an_element_loop_is_batched():
     np.testing.assert_allclose(tj.compile(f, x, cache=False)(x), central(f, x), rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 3), (4, 3, 3), (2, 5, 2, 2)])
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 3), (4, 4), (4, 3, 3), (2, 5, 2, 2), (3, 4, 4)])
 def test_det_values_and_gradient_are_the_cofactors(shape):
     a = RNG.normal(size=shape)
     grad = tj.compile(lambda a: np.sum(np.linalg.det(a)), a, cache=False)
@@ -133,7 +133,7 @@ def test_det_values_and_gradient_are_the_cofactors(shape):
     np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("n", [2, 3, 4])
 def test_det_of_a_singular_matrix_is_zero_with_the_adjugate_gradient(n):
     """numpy's det of an exactly singular matrix is 0; the gradient there is the cofactor
     matrix (nonzero for rank n - 1), which central differences of the polynomial reproduce."""
@@ -154,7 +154,7 @@ def test_det_zero_is_positive_zero():
     assert value == 0.0 and not np.signbit(value)
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_small_inv_and_solve_match_numpy_with_gradients(n):
     a = RNG.normal(size=(n, n)) + 2.0 * np.eye(n)
     b = RNG.normal(size=(n, 2))
@@ -223,3 +223,33 @@ def test_small_array_forms_in_an_element_loop():
     grad = tj.compile(f, x, cache=False)
     np.testing.assert_allclose(grad(x), central(f, x), rtol=1e-6, atol=1e-8)
     assert grad.value_and_grad(x)[0] == pytest.approx(f(x), rel=1e-12)
+
+
+def test_four_by_four_matrices_in_an_element_loop():
+    """A tetrahedron's 4 x 4 matrix of homogeneous node coordinates [1, x, y, z]: its det (six
+    times the signed volume) and its inverse (the shape-function gradients), per element."""
+    X0, tets, _, vol0 = _tets(2)  # 48 elements (a loop of fewer than 8 is unrolled)
+    one = np.ones(1)
+
+    def f(x):
+        X = x.reshape(-1, 3)
+        s = 0.0
+        for t in range(len(tets)):
+            M = np.stack([np.concatenate([one, X[tets[t, m]]]) for m in range(4)], axis=0)
+            v = np.linalg.det(M) / 6.0
+            G = np.linalg.inv(M)[1:, :]
+            s = s + (v - vol0[t]) ** 2 + 0.1 * np.sum(G * G)
+        return s
+
+    x = (X0 + 0.05 * RNG.standard_normal(X0.shape)).reshape(-1)
+    _assert_scalarised(_all_nodes(trace(f, [x], [0])))
+    grad = tj.compile(f, x, cache=False)
+    np.testing.assert_allclose(grad(x), central(f, x), rtol=1e-6, atol=1e-8)
+    assert grad.value_and_grad(x)[0] == pytest.approx(f(x), rel=1e-12)
+    flat = x.reshape(-1, 3).copy()
+    flat[tets[2, 1]] = flat[tets[2, 0]]  # element 2 degenerate: two equal rows, det exactly 0
+    bad = flat.reshape(-1)
+    with pytest.raises(np.linalg.LinAlgError):
+        f(bad)
+    with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
+        grad(bad)

@@ -10,17 +10,17 @@ primitives (:mod:`.numpy_factor`: compile time independent of n, numpy's ``LinAl
 generated stand-ins for LAPACK without scipy). Batched inputs
 (``(..., n, n)``) loop over the batch at trace time.
 
-* Up to 3 x 3 (:data:`COFACTOR_MAX`), ``det`` is the cofactor (Laplace) expansion and ``inv``
+* Up to 4 x 4 (:data:`COFACTOR_MAX`), ``det`` is the cofactor (Laplace) expansion and ``inv``
   and ``solve`` the adjugate over it: polynomials and one division, whose derivatives need no
   hand-given rule (the gradient of ``det`` is the cofactor matrix, singular matrices included)
   and which vectorise across a loop's elements as scalar code
   (:mod:`tapejit.passes.small_arrays`). An exactly singular matrix raises numpy's
   ``LinAlgError`` at the call. The products are unscaled: entries beyond about 1e100 (or
-  below 1e-100) overflow (underflow) where a pivoted LU would not.
+  below 1e-100; 1e75 and 1e-75 at 4 x 4) overflow (underflow) where a pivoted LU would not.
 * LU factorisation with **partial pivoting** (Golub & Van Loan, *Matrix Computations*, 4th ed.,
   alg. 3.4.1), branch-free: the pivot row is selected with masks (the first row of largest
   magnitude, as LAPACK's ``dgetrf``), so no guard and no recompile depends on the values.
-  ``solve``, ``inv`` and ``det`` of 4 x 4 and ``slogdet`` up to 4 x 4 use it. A singular
+  ``slogdet`` up to 4 x 4 uses it (and ``solve`` of a stack of them). A singular
   matrix gives inf/NaN there (numpy raises ``LinAlgError``; the primitives of
   :mod:`.numpy_factor` and the adjugate path do).
 * Cholesky (Golub & Van Loan alg. 4.2.1), no pivoting; a matrix that is not positive definite
@@ -74,7 +74,48 @@ def _batched(fn, a, *rest):
 #: entries, so its derivative is the cofactor matrix (the adjugate's transpose) everywhere —
 #: singular matrices included, without a hand-given rule — and a few multiply-adds per matrix
 #: that batch and vectorise across a loop's elements (a deformation gradient's det per element).
-COFACTOR_MAX = 3
+COFACTOR_MAX = 4
+
+
+def _minors4(e):
+    """The 2 x 2 minors of rows 0-1 (``s``) and rows 2-3 (``c``) of a 4 x 4 matrix's entries
+    ``e[i][j]``, column pairs (0,1) (0,2) (0,3) (1,2) (1,3) (2,3): det = s0 c5 - s1 c4 + s2 c3 +
+    s3 c2 - s4 c1 + s5 c0, the Laplace expansion along rows 0-1 (D. Eberly, "The Laplace
+    Expansion Theorem: Computing the Determinants and Inverses of Matrices", 2008)."""
+    pairs = ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3))
+    s = [e[0][p] * e[1][q] - e[1][p] * e[0][q] for p, q in pairs]
+    c = [e[2][p] * e[3][q] - e[3][p] * e[2][q] for p, q in pairs]
+    return s, c
+
+
+def _det4(s, c):
+    return s[0] * c[5] - s[1] * c[4] + s[2] * c[3] + s[3] * c[2] - s[4] * c[1] + s[5] * c[0]
+
+
+def _adjugate4(e):
+    """adj of a 4 x 4 matrix's entries ``e[i][j]`` (rows of adj), and its det, from
+    :func:`_minors4` (Eberly 2008, sec. 3)."""
+    s, c = _minors4(e)
+    a = e
+    adj = [
+        [a[1][1] * c[5] - a[1][2] * c[4] + a[1][3] * c[3],
+         -a[0][1] * c[5] + a[0][2] * c[4] - a[0][3] * c[3],
+         a[3][1] * s[5] - a[3][2] * s[4] + a[3][3] * s[3],
+         -a[2][1] * s[5] + a[2][2] * s[4] - a[2][3] * s[3]],
+        [-a[1][0] * c[5] + a[1][2] * c[2] - a[1][3] * c[1],
+         a[0][0] * c[5] - a[0][2] * c[2] + a[0][3] * c[1],
+         -a[3][0] * s[5] + a[3][2] * s[2] - a[3][3] * s[1],
+         a[2][0] * s[5] - a[2][2] * s[2] + a[2][3] * s[1]],
+        [a[1][0] * c[4] - a[1][1] * c[2] + a[1][3] * c[0],
+         -a[0][0] * c[4] + a[0][1] * c[2] - a[0][3] * c[0],
+         a[3][0] * s[4] - a[3][1] * s[2] + a[3][3] * s[0],
+         -a[2][0] * s[4] + a[2][1] * s[2] - a[2][3] * s[0]],
+        [-a[1][0] * c[3] + a[1][1] * c[1] - a[1][2] * c[0],
+         a[0][0] * c[3] - a[0][1] * c[1] + a[0][2] * c[0],
+         -a[3][0] * s[3] + a[3][1] * s[1] - a[3][2] * s[0],
+         a[2][0] * s[3] - a[2][1] * s[1] + a[2][2] * s[0]],
+    ]  # fmt: skip
+    return adj, _det4(s, c)
 
 
 def _lu(m):
@@ -125,11 +166,18 @@ def _solve2(a, b):
 def _adjugate_small(a, name: str):
     """(adj a, det a) of ``a`` (..., n, n), n <= :data:`COFACTOR_MAX`, from the cofactors
     (the 3 x 3 ones by the cyclic rule C[i][j] = e[i+1][j+1] e[i+2][j+2] - e[i+1][j+2] e[i+2][j+1],
-    indices mod 3); ``LinAlgError`` at the call, as numpy's, where a determinant is exactly 0.
-    The entries' products are formed unscaled: magnitudes beyond about 1e100 (1e-100) overflow
-    (underflow) where LAPACK's pivoted LU would not."""
+    indices mod 3; 4 x 4 by :func:`_adjugate4`); ``LinAlgError`` at the call, as numpy's,
+    where a determinant is exactly 0 (numpy raises where its LU meets an exactly zero pivot:
+    the two agree for a zero row or column and two equal rows of a 2 x 2 — or rows 0 and 1 of
+    a 4 x 4 — matrix; a singular matrix whose expansion rounds to a tiny nonzero det gives
+    huge entries, as a nearly singular one does in numpy).
+    The entries' products are formed unscaled: magnitudes beyond about 1e100 (1e-100; 1e75 at
+    4 x 4) overflow (underflow) where LAPACK's pivoted LU would not."""
     n = a.shape[-1]
     e = [[a[..., i, j] for j in range(n)] for i in range(n)]
+    if n == 4:
+        rows, d = _adjugate4(e)
+        return _finish_adjugate(rows, d, name)
     if n == 1:
         cof = [[_like(1.0, e[0][0])]]
     elif n == 2:
@@ -141,15 +189,20 @@ def _adjugate_small(a, name: str):
     d = e[0][0] * cof[0][0]
     for j in range(1, n):
         d = d + e[0][j] * cof[0][j]
-    adj = np.stack([np.stack([cof[j][i] for j in range(n)], axis=-1) for i in range(n)], axis=-2)
-    singular = d == 0.0
-    factor._raises_if(_t(np.any(singular)).node, "Singular matrix", name)
+    return _finish_adjugate([[cof[j][i] for j in range(n)] for i in range(n)], d, name)
+
+
+def _finish_adjugate(rows, d, name: str):
+    """(adj, det) from adj's entries by rows; ``LinAlgError`` at the call where det is 0."""
+    n = len(rows)
+    adj = np.stack([np.stack([rows[i][j] for j in range(n)], axis=-1) for i in range(n)], axis=-2)
+    factor._raises_if(_t(np.any(d == 0.0)).node, "Singular matrix", name)
     return adj, d
 
 
 def solve(a, b):
     """``np.linalg.solve(a, b)``: ``a`` (..., n, n), ``b`` (..., n) or (..., n, k). Up to
-    3 x 3 (:data:`COFACTOR_MAX`) by the adjugate, ``adj(a) b / det(a)`` (a few multiply-adds
+    4 x 4 (:data:`COFACTOR_MAX`) by the adjugate, ``adj(a) b / det(a)`` (a few multiply-adds
     that vectorise across a loop's elements); above, pivoted LU."""
     a, b = _square(a, "solve"), _t(b)
     n = a.shape[-1]
@@ -238,11 +291,14 @@ def _det2_jvp(primals, tangents):
 
 
 def _det_cofactor(a):
-    """det of ``a`` (..., n, n), n <= 3, by cofactor expansion along the first row; ``+ 0.0``
+    """det of ``a`` (..., n, n), n <= 4, by cofactor expansion along the first row (4 x 4:
+    along the first two, :func:`_minors4`); ``+ 0.0``
     makes an exact zero +0.0, as numpy's det of a singular matrix."""
     n = a.shape[-1]
     e = [[a[..., i, j] for j in range(n)] for i in range(n)]
-    if n == 1:
+    if n == 4:
+        d = _det4(*_minors4(e))
+    elif n == 1:
         d = e[0][0]
     elif n == 2:
         d = e[0][0] * e[1][1] - e[0][1] * e[1][0]
@@ -254,7 +310,7 @@ def _det_cofactor(a):
 
 
 def det(a):
-    """``np.linalg.det(a)``, ``a`` of shape (..., n, n): the cofactor expansion up to 3 x 3
+    """``np.linalg.det(a)``, ``a`` of shape (..., n, n): the cofactor expansion up to 4 x 4
     (:data:`COFACTOR_MAX`), else the product of the pivots times the permutation's sign; 0 for
     a singular matrix, with the adjugate as its gradient (Jacobi's formula)."""
     a = _square(a, "det")
