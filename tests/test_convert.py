@@ -616,3 +616,37 @@ def test_a_function_calling_np_stack_is_converted():
     g = tj.compile(f, x, cache=False)
     assert g.stats["convert"]["loops"] == 1
     np.testing.assert_allclose(g(x), central(f, x), rtol=1e-6, atol=1e-8)
+
+
+def test_a_list_comprehension_reading_the_loop_variable_is_converted():
+    """``np.stack([X[conn[e, m]] for m in range(4)])``: a list comprehension runs where it
+    stands, so its read of the loop variable is not a read after the loop, and its subscripts
+    gather at the traced ``e`` as the statement's do. A generator expression may run later:
+    a loop whose generator reads the loop variable stays as written (correct, unrolled) and
+    says why."""
+    conn = RNG.integers(0, 10, size=(40, 4))
+    w = RNG.normal(size=4)
+
+    def f(x):
+        X = x.reshape(-1, 2)
+        s = 0.0
+        for e in range(len(conn)):
+            P = np.stack([X[conn[e, m]] for m in range(4)])  # (4, 2)
+            d = {m: X[conn[e, m]] for m in (0, 1)}
+            s = s + np.sum(np.sin(P) * w[:, None]) + np.sum(d[0] * d[1])
+        return s
+
+    def g(x):
+        s = 0.0
+        for e in range(len(conn)):
+            s = s + sum(x[conn[e, m]] ** 2 for m in range(4))
+        return s
+
+    x = RNG.normal(size=20)
+    grad = tj.compile(f, x, cache=False)
+    assert grad.stats["convert"]["loops"] == 1 and not grad.stats["convert"]["kept"]
+    np.testing.assert_allclose(grad(x), central(f, x), rtol=1e-6, atol=1e-8)
+    lazy = tj.compile(g, x, cache=False)
+    (line, why), = lazy.stats["convert"]["kept"]
+    assert "generator expression" in why and "list comprehension" in why
+    np.testing.assert_allclose(lazy(x), central(g, x), rtol=1e-6, atol=1e-8)

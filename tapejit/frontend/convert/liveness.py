@@ -3,8 +3,8 @@ loops and branches needs (a loop carries, and a branch outputs, only what is rea
 
 Classic backward liveness over the statement tree (Aho, Lam, Sethi & Ullman, *Compilers*,
 2nd ed., 9.2.5), conservative wherever Python is dynamic: a name read anywhere inside a nested
-function, lambda, class or comprehension is live everywhere (it may be read whenever the
-closure runs); ``break``/``continue`` are treated as falling through (a larger live set, never a
+function, lambda, class or generator expression is live everywhere (it may be read whenever
+the closure runs; a list, set or dict comprehension reads where it stands); ``break``/``continue`` are treated as falling through (a larger live set, never a
 smaller one); ``try``/``with`` blocks kill nothing.
 """
 
@@ -14,6 +14,12 @@ import ast
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
            ast.SetComp, ast.DictComp, ast.GeneratorExp)  # fmt: skip
+
+
+#: Scopes that run to completion where they stand: a list, set or dict comprehension reads the
+#: enclosing names when its statement runs, never later (a generator expression may be consumed
+#: after the loop: it stays live everywhere, as functions and lambdas do).
+_EAGER = (ast.ListComp, ast.SetComp, ast.DictComp)
 
 
 def reads(node: ast.AST | None) -> set[str]:
@@ -137,6 +143,8 @@ class Liveness:
         self.always: set[str] = set()
         generated = _generated_scopes(fn)
         for n in ast.walk(fn):
+            if isinstance(n, _EAGER):
+                continue  # run where it stands: its reads are counted there (a lambda in it is not)
             if n is not fn and isinstance(n, _SCOPES) and id(n) not in generated:
                 self.always |= free_reads(n)
         self.block(fn.body, set(), record=True)

@@ -139,6 +139,7 @@ class Converter(ast.NodeTransformer):
         self.loops = 0
         self.branches = 0
         self.scope = 0  # > 0 inside a comprehension or lambda: expressions stay as they are
+        self.lazy = 0  # > 0 inside a lambda or generator expression (run later, or never)
 
     # -- scopes left alone ------------------------------------------------------------------
     def visit_FunctionDef(self, node):
@@ -166,8 +167,17 @@ class Converter(ast.NodeTransformer):
         finally:
             self.scope -= 1
 
-    visit_Lambda = visit_ListComp = visit_SetComp = visit_DictComp = _inner_scope
-    visit_GeneratorExp = _inner_scope
+    def _lazy_scope(self, node):
+        self.lazy += 1
+        try:
+            return self._inner_scope(node)
+        finally:
+            self.lazy -= 1
+
+    # a list, set or dict comprehension runs where it stands: its subscripts read as the
+    # statement's do (``np.stack([X[tets[t, m]] for m in range(4)])`` gathers at a traced t)
+    visit_ListComp = visit_SetComp = visit_DictComp = _inner_scope
+    visit_Lambda = visit_GeneratorExp = _lazy_scope
 
     def _stmts(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
@@ -181,7 +191,7 @@ class Converter(ast.NodeTransformer):
     # -- expressions --------------------------------------------------------------------------
     def visit_Subscript(self, node: ast.Subscript):
         self.generic_visit(node)
-        if not isinstance(node.ctx, ast.Load) or self.scope:
+        if not isinstance(node.ctx, ast.Load) or self.lazy:
             return node
         key = node.slice
         if isinstance(key, ast.Tuple):
@@ -331,6 +341,10 @@ class Converter(ast.NodeTransformer):
     def _loop_ok(self, node: ast.For) -> str | None:
         """Why loop ``node`` cannot be converted, or ``None``."""
         why = loop_shape_ok(node)
+        if why is None and target_names(node.target) & self.live.always:
+            return ("the loop variable is read in a lambda, nested function or generator "
+                    "expression, which may run after the loop (a list comprehension, "
+                    "[... for ...], runs where it stands)")
         if why is None and target_names(node.target) & self.live.live_after(node):
             return "the loop variable is read after the loop"
         return why
