@@ -253,3 +253,27 @@ def test_four_by_four_matrices_in_an_element_loop():
         f(bad)
     with pytest.raises(np.linalg.LinAlgError, match="Singular matrix"):
         grad(bad)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 3), (4, 4), (5, 3, 3), (2, 2, 4, 4)])
+@pytest.mark.parametrize("scale", [1.0, 1e200, 1e-200])
+def test_slogdet_is_scaled_and_its_gradient_is_the_inverse_transpose(shape, scale):
+    """slogdet up to 4 x 4 is the cofactor expansion of a / 2^e, 2^e ~ sum|a|: entries of 1e200 (whose
+    det overflows) and 1e-200 (underflows) give numpy's log|det|; the gradient of log|det| is
+    inv(a)^T, of the sign 0."""
+    a = RNG.normal(size=shape) * scale
+    grad = tj.compile(lambda a: np.sum(np.linalg.slogdet(a)[1]), a, cache=False)
+    value, g = grad.value_and_grad(a)
+    sign, logabs = np.linalg.slogdet(a)
+    assert value == pytest.approx(np.sum(logabs), rel=1e-13, abs=1e-13)
+    want = np.swapaxes(np.linalg.inv(a), -1, -2)
+    np.testing.assert_allclose(g, want, rtol=1e-10, atol=1e-12 * np.abs(want).max())
+    got_sign = tj.jvp(lambda a: np.linalg.slogdet(a)[0], (a,), (a,))[0]
+    np.testing.assert_array_equal(got_sign, sign)
+
+
+def test_slogdet_of_singular_and_zero_matrices():
+    for a in (np.zeros((3, 3)), np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]])):
+        sign, logabs = tj.jvp(lambda a: np.linalg.slogdet(a), (a,), (a,))[0]
+        assert (sign, logabs) == (0.0, -np.inf)
+        assert tuple(np.linalg.slogdet(a)) == (0.0, -np.inf)

@@ -20,7 +20,7 @@ generated stand-ins for LAPACK without scipy). Batched inputs
 * LU factorisation with **partial pivoting** (Golub & Van Loan, *Matrix Computations*, 4th ed.,
   alg. 3.4.1), branch-free: the pivot row is selected with masks (the first row of largest
   magnitude, as LAPACK's ``dgetrf``), so no guard and no recompile depends on the values.
-  ``slogdet`` up to 4 x 4 uses it (and ``solve`` of a stack of them). A singular
+  ``solve`` of a stack of small matrices uses it. A singular
   matrix gives inf/NaN there (numpy raises ``LinAlgError``; the primitives of
   :mod:`.numpy_factor` and the adjugate path do).
 * Cholesky (Golub & Van Loan alg. 4.2.1), no pivoting; a matrix that is not positive definite
@@ -328,9 +328,28 @@ def _slogdet2(a):
     return s, _reduce(Op.REDUCE_SUM, np.log(abs(diag)))
 
 
+def _slogdet_cofactor(a):
+    """(sign, log|det|) of ``a`` (..., n, n), n <= :data:`COFACTOR_MAX`, from the cofactor
+    expansion of ``a / 2^e``, 2^(e-1) <= sum |a_ij| < 2^e (``np.frexp``; e = 0 for a zero
+    matrix): log|det a| = log|det(a / 2^e)| + n e log 2, so entries of any magnitude below
+    ~1e306 neither overflow nor underflow (those of a / 2^e are below 1), and the division by a
+    power of two is exact (an exactly singular matrix stays exactly singular: (0, -inf), as
+    numpy's). A sum, not a maximum: it splits into scalars in an element loop
+    (:mod:`tapejit.passes.small_arrays`). e is piecewise constant (no derivative), so the
+    gradient of log|det| is inv(a)^T wherever a is nonsingular."""
+    n = a.shape[-1]
+    _, e = np.frexp(np.sum(abs(a), axis=(-2, -1)))
+    d = _det_cofactor(a / np.ldexp(1.0, e)[..., None, None])
+    return np.sign(d), np.log(abs(d)) + (float(n) * np.log(2.0)) * e
+
+
 def slogdet(a):
-    """``np.linalg.slogdet(a)`` as ``(sign, logabsdet)``; a singular ``a`` gives (0, -inf)."""
+    """``np.linalg.slogdet(a)`` as ``(sign, logabsdet)``; a singular ``a`` gives (0, -inf).
+    Up to 4 x 4 (:data:`COFACTOR_MAX`) by the scaled cofactor expansion
+    (:func:`_slogdet_cofactor`), above by pivoted LU."""
     a = _square(a, "slogdet")
+    if a.shape[-1] <= COFACTOR_MAX:
+        return _slogdet_cofactor(a)
     return _batched(factor.slogdet if factor.use_primitives(a.shape[-1]) else _slogdet2, a)
 
 
