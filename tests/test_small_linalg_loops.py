@@ -120,10 +120,13 @@ def test_a_large_array_assembled_in_an_element_loop_is_batched():
 
     x = RNG.normal(size=12)
     assert not [m for m in _all_nodes(trace(f, [x], [0])) if m.op == Op.LOOP]
-    np.testing.assert_allclose(tj.compile(f, x, cache=False)(x), central(f, x), rtol=1e-6, atol=1e-8)
+    grad = tj.compile(f, x, cache=False)
+    np.testing.assert_allclose(grad(x), central(f, x), rtol=1e-6, atol=1e-8)
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 3), (4, 4), (4, 3, 3), (2, 5, 2, 2), (3, 4, 4)])
+@pytest.mark.parametrize(
+    "shape", [(1, 1), (2, 2), (3, 3), (4, 4), (4, 3, 3), (2, 5, 2, 2), (3, 4, 4)]
+)
 def test_det_values_and_gradient_are_the_cofactors(shape):
     a = RNG.normal(size=shape)
     grad = tj.compile(lambda a: np.sum(np.linalg.det(a)), a, cache=False)
@@ -189,7 +192,8 @@ def test_singular_inverse_raises_at_the_call_also_in_an_element_loop():
     bad[3] = 0.0  # element 3's matrix is zero
     with pytest.raises(np.linalg.LinAlgError):
         f(bad)
-    with pytest.raises(np.linalg.LinAlgError, match=r"Singular matrix.*numpy\.linalg\.inv at .*test_small_linalg_loops\.py"):
+    where = r"Singular matrix.*numpy\.linalg\.inv at .*test_small_linalg_loops\.py"
+    with pytest.raises(np.linalg.LinAlgError, match=where):
         grad(bad)
     np.testing.assert_allclose(grad(x), central(f, x), rtol=1e-6, atol=1e-8)  # still works
 
@@ -258,8 +262,8 @@ def test_four_by_four_matrices_in_an_element_loop():
 @pytest.mark.parametrize("shape", [(1, 1), (2, 2), (3, 3), (4, 4), (5, 3, 3), (2, 2, 4, 4)])
 @pytest.mark.parametrize("scale", [1.0, 1e200, 1e-200])
 def test_slogdet_is_scaled_and_its_gradient_is_the_inverse_transpose(shape, scale):
-    """slogdet up to 4 x 4 is the cofactor expansion of a / 2^e, 2^e ~ sum|a|: entries of 1e200 (whose
-    det overflows) and 1e-200 (underflows) give numpy's log|det|; the gradient of log|det| is
+    """slogdet up to 4 x 4 is the cofactor expansion of a / 2^e, 2^e ~ sum|a|: entries of 1e200
+    (whose det overflows) and 1e-200 (underflows) give numpy's log|det|; the gradient of log|det| is
     inv(a)^T, of the sign 0."""
     a = RNG.normal(size=shape) * scale
     grad = tj.compile(lambda a: np.sum(np.linalg.slogdet(a)[1]), a, cache=False)
@@ -277,3 +281,39 @@ def test_slogdet_of_singular_and_zero_matrices():
         sign, logabs = tj.jvp(lambda a: np.linalg.slogdet(a), (a,), (a,))[0]
         assert (sign, logabs) == (0.0, -np.inf)
         assert tuple(np.linalg.slogdet(a)) == (0.0, -np.inf)
+
+
+def test_an_element_s_nodes_read_with_its_table_row():
+    """``P = X[conn[e]]`` (a traced integer array as the index: numpy's result has its shape)
+    and ``X[conn[e], 1]``: one read at a traced position per node, each checked; the loop is
+    vectorised, and an out-of-range entry is an IndexError naming the line."""
+    n = 24
+    conn = RNG.integers(0, 9, (n, 4))
+
+    def f(x):
+        X = x.reshape(-1, 2)
+        s = 0.0
+        for e in range(n):
+            P = X[conn[e]]  # (4, 2)
+            c = P.mean(axis=0)
+            d = P - c
+            inertia = d.T @ d + np.eye(2)
+            s = s + np.linalg.slogdet(inertia)[1] + np.sum(X[conn[e], 1] ** 2)
+        return s
+
+    x = RNG.normal(size=18)
+    _assert_scalarised(_all_nodes(trace(f, [x], [0])))
+    grad = tj.compile(f, x, cache=False)
+    np.testing.assert_allclose(grad(x), central(f, x), rtol=1e-6, atol=1e-8)
+
+    def g(x, k):  # a 2-D traced index array outside any loop, from the data
+        pos = np.floor(k).reshape(2, 2)
+        return np.sum(x[pos] ** 2)
+
+    k = np.array([0.5, 3.2, 8.9, 1.0])
+    gx = tj.compile(g, x, k, cache=False)
+    want = np.zeros_like(x)
+    np.add.at(want, [0, 3, 8, 1], 2.0 * x[[0, 3, 8, 1]])
+    np.testing.assert_allclose(gx(x, k), want, rtol=1e-14)
+    with pytest.raises(IndexError, match="test_small_linalg_loops"):
+        gx(x, np.array([0.5, 3.2, 18.0, 1.0]))

@@ -40,10 +40,10 @@ def _expand_key(key, shape: tuple):
             )
         if isinstance(k, Tracer):
             raise _fail(
-                "indexing with a traced array (a data-dependent index or mask) is not "
-                "supported: numpy would pick the elements its values name, so the result's "
-                "shape could depend on the input; index arrays must be known when tracing "
-                "(use tapejit.where for a mask that depends on the input)"
+                "indexing with a traced array here is not supported: a traced integer array "
+                "is an index as the first item of the key, the rest ints and slices (x[idx], "
+                "x[idx, 0]); a traced boolean mask would make the result's shape depend on "
+                "the input (use tapejit.where for a mask that depends on the input)"
             )
         if isinstance(k, (list, np.ndarray)):
             arr = np.asarray(k)
@@ -171,12 +171,38 @@ def _take_rows(x: Tracer, items: list, arrays: list) -> Tracer | None:
     return _reshape(rows, k.shape + rows.shape[1:])
 
 
+def _traced_rows(x: Tracer, key) -> Tracer | None:
+    """``x[idx]`` or ``x[idx, j, ...]`` (the rest basic: ints, slices) for a traced integer
+    array ``idx`` — an element's nodes ``X[conn[e]]`` in a converted loop — as one read at a
+    traced position per entry (:mod:`tapejit.frontend.dynamic_index`: each proved in range or
+    checked when the code runs, an ``IndexError`` naming the line otherwise), stacked in the
+    index's shape: numpy's result, whose shape is the index's and never depends on its values.
+    ``None`` for any other key."""
+    items = key if isinstance(key, tuple) else (key,)
+    if not items or not isinstance(items[0], Tracer) or items[0].ndim == 0:
+        return None
+    idx, rest = items[0], items[1:]
+    if idx.node.dtype == "bool" or any(
+        isinstance(k, (Tracer, list, np.ndarray)) or k is None for k in rest
+    ):
+        return None
+    flat = _reshape(idx, (idx.size,)) if idx.ndim != 1 else idx
+    rows = [x[(flat[j], *rest)] for j in range(idx.size)]
+    if not rows:
+        return None
+    out = _stack(rows, 0)
+    return _reshape(out, (*idx.shape, *rows[0].shape)) if idx.ndim != 1 else out
+
+
 def advanced_getitem(x: Tracer, key) -> Tracer:
     """``x[key]`` for keys with ``None``, integer arrays or boolean masks (numpy's advanced
     indexing: the broadcast index arrays' shape replaces the indexed axes in place when they are
     adjacent in the key, else it comes first; see :func:`_placement`). Each element of the
     broadcast index shape is one basic read; a long index array on the first axis is one
     ``take`` (:func:`_take_rows`)."""
+    traced = _traced_rows(x, key)
+    if traced is not None:
+        return traced
     items, arrays, axis_of = _index_plan(x.shape, key)
     if not arrays:  # only None: basic indexing, then unit axes where the Nones stood
         basic = tuple(k for k in items if k is not None)
