@@ -146,11 +146,13 @@ def test_pinv_hermitian(n, m):
     assert _directional(h, a, gr) < 1e-6
     assert np.all(np.triu(gr, 1) == 0.0)  # the upper triangle is not read
     tangent = tj.jvp(lambda a: np.linalg.pinv(a, hermitian=True), (a,), (a,))
-    np.testing.assert_allclose(tangent[0], np.linalg.pinv(a, hermitian=True), rtol=1e-10, atol=1e-13)
+    want = np.linalg.pinv(a, hermitian=True)
+    np.testing.assert_allclose(tangent[0], want, rtol=1e-10, atol=1e-13)
     stack = RNG.standard_normal((3, m, m))
     stack = stack + np.swapaxes(stack, 1, 2)
     got = tj.jvp(lambda b: np.linalg.pinv(b, hermitian=True, rcond=1e-3), (stack,), (stack,))[0]
-    np.testing.assert_allclose(got, np.linalg.pinv(stack, hermitian=True, rcond=1e-3), rtol=1e-10, atol=1e-13)
+    want = np.linalg.pinv(stack, hermitian=True, rcond=1e-3)
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
 
 
 def test_pinv_rcond_and_rtol():

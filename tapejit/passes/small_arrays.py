@@ -150,7 +150,8 @@ class _Split:
             return [el[p] for p in _positions(n.args[0].shape).transpose(n.attrs[0]).reshape(-1)]
         if n.op == Op.BROADCAST_TO:
             el = self.elements(n.args[0])
-            return [el[p] for p in np.broadcast_to(_positions(n.args[0].shape), n.shape).reshape(-1)]
+            pos = np.broadcast_to(_positions(n.args[0].shape), n.shape).reshape(-1)
+            return [el[p] for p in pos]
         if n.op in (Op.SCATTER, Op.SCATTER_ADD):
             acc, upd = n.args
             region = _select(_positions(acc.shape), n.attrs)

@@ -4,7 +4,8 @@ loops and branches needs (a loop carries, and a branch outputs, only what is rea
 Classic backward liveness over the statement tree (Aho, Lam, Sethi & Ullman, *Compilers*,
 2nd ed., 9.2.5), conservative wherever Python is dynamic: a name read anywhere inside a nested
 function, lambda, class or generator expression is live everywhere (it may be read whenever
-the closure runs; a list, set or dict comprehension reads where it stands); ``break``/``continue`` are treated as falling through (a larger live set, never a
+the closure runs; a list, set or dict comprehension reads where it stands);
+``break``/``continue`` are treated as falling through (a larger live set, never a
 smaller one); ``try``/``with`` blocks kill nothing.
 """
 
