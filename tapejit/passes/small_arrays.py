@@ -17,9 +17,10 @@ makes one loop (the plan of a model written with scalars, as the 2-D neo-Hookean
   array, ``reduce_sum`` (added left to right), 2-D ``matmul`` (each entry a left-to-right sum
   of products) and constants.
 
-Any other op (a gather, an inner loop, a reduction to a maximum...) and every large value is
-kept whole: its small results are read element by element with ``index``, and a small value it
-reads is reassembled from its elements (scatters into zeros). Exact but for the order of the
+Any other op (an inner loop, a reduction to a maximum...) and every large value is kept whole:
+its small results are read element by element with ``index`` — the rows of a table gathered
+for the element, ``X[conn[e]]``, as gathers from ``X``'s columns (:func:`_take_columns`) — and
+a small value it reads is reassembled from its elements (scatters into zeros). Exact but for the order of the
 additions inside a ``reduce_sum`` or ``matmul``, which is the left-to-right order of a
 sequential reduction — the rounding of any reduction.
 """
@@ -76,6 +77,8 @@ def _select(pos: np.ndarray, items: tuple) -> np.ndarray:
 
 
 class _Split:
+    """The rewrite's state: each original node's rebuilt whole node or its elements."""
+
     def __init__(self):
         #: id(original node) -> its rebuilt whole node
         self.whole: dict[int, Node] = {}
