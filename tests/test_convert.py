@@ -621,9 +621,9 @@ def test_a_function_calling_np_stack_is_converted():
 def test_a_list_comprehension_reading_the_loop_variable_is_converted():
     """``np.stack([X[conn[e, m]] for m in range(4)])``: a list comprehension runs where it
     stands, so its read of the loop variable is not a read after the loop, and its subscripts
-    gather at the traced ``e`` as the statement's do. A generator expression may run later:
-    a loop whose generator reads the loop variable stays as written (correct, unrolled) and
-    says why."""
+    gather at the traced ``e`` as the statement's do; so does a generator expression that
+    ``sum`` or ``tuple`` consumes at once. One that may run later (kept in a name) keeps the loop
+    as written (correct, unrolled), with a note that says why."""
     conn = RNG.integers(0, 10, size=(40, 4))
     w = RNG.normal(size=4)
 
@@ -639,14 +639,25 @@ def test_a_list_comprehension_reading_the_loop_variable_is_converted():
     def g(x):
         s = 0.0
         for e in range(len(conn)):
-            s = s + sum(x[conn[e, m]] ** 2 for m in range(4))
+            pair = np.stack(tuple(x[conn[e, m]] for m in (0, 1)))
+            s = s + sum(x[conn[e, m]] ** 2 for m in range(4)) + np.prod(pair)
+        return s
+
+    def h(x):
+        s = 0.0
+        for e in range(len(conn)):
+            later = (x[conn[e, m]] ** 2 for m in range(4))
+            s = s + sum(later)
         return s
 
     x = RNG.normal(size=20)
     grad = tj.compile(f, x, cache=False)
     assert grad.stats["convert"]["loops"] == 1 and not grad.stats["convert"]["kept"]
     np.testing.assert_allclose(grad(x), central(f, x), rtol=1e-6, atol=1e-8)
-    lazy = tj.compile(g, x, cache=False)
+    eager = tj.compile(g, x, cache=False)
+    assert eager.stats["convert"]["loops"] == 1 and not eager.stats["convert"]["kept"]
+    np.testing.assert_allclose(eager(x), central(g, x), rtol=1e-6, atol=1e-8)
+    lazy = tj.compile(h, x, cache=False)
     (line, why), = lazy.stats["convert"]["kept"]
     assert "generator expression" in why and "list comprehension" in why
-    np.testing.assert_allclose(lazy(x), central(g, x), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(lazy(x), central(h, x), rtol=1e-6, atol=1e-8)

@@ -4,7 +4,8 @@ loops and branches needs (a loop carries, and a branch outputs, only what is rea
 Classic backward liveness over the statement tree (Aho, Lam, Sethi & Ullman, *Compilers*,
 2nd ed., 9.2.5), conservative wherever Python is dynamic: a name read anywhere inside a nested
 function, lambda, class or generator expression is live everywhere (it may be read whenever
-the closure runs; a list, set or dict comprehension reads where it stands);
+the closure runs; a list, set or dict comprehension reads where it stands, and so does a
+generator expression that ``sum``, ``min``, ``list``... consume at once);
 ``break``/``continue`` are treated as falling through (a larger live set, never a
 smaller one); ``try``/``with`` blocks kill nothing.
 """
@@ -21,6 +22,28 @@ _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.
 #: enclosing names when its statement runs, never later (a generator expression may be consumed
 #: after the loop: it stays live everywhere, as functions and lambdas do).
 _EAGER = (ast.ListComp, ast.SetComp, ast.DictComp)
+
+
+#: Builtins that consume a generator expression passed as their only argument before they
+#: return (``sum(x[t, k] for k in range(3))``): the generator runs where the call stands.
+CONSUMERS = frozenset({"sum", "min", "max", "any", "all", "list", "tuple", "sorted", "set"})
+
+
+def eager_generators(fn: ast.AST) -> set[int]:
+    """Ids of the generator expressions in ``fn`` that run where they stand: the only argument
+    of a call to one of :data:`CONSUMERS` that ``fn`` does not rebind (a local ``sum`` may keep
+    the generator)."""
+    local = modified(fn.body) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
+    args = getattr(fn, "args", None)
+    if isinstance(args, ast.arguments):
+        local |= {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+    out: set[int] = set()
+    for n in ast.walk(fn):
+        if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in CONSUMERS
+                and n.func.id not in local and len(n.args) == 1 and not n.keywords
+                and isinstance(n.args[0], ast.GeneratorExp)):  # fmt: skip
+            out.add(id(n.args[0]))
+    return out
 
 
 def reads(node: ast.AST | None) -> set[str]:
@@ -142,7 +165,7 @@ class Liveness:
     def __init__(self, fn: ast.FunctionDef):
         self.after: dict[int, frozenset[str]] = {}
         self.always: set[str] = set()
-        generated = _generated_scopes(fn)
+        generated = _generated_scopes(fn) | eager_generators(fn)
         for n in ast.walk(fn):
             if isinstance(n, _EAGER):
                 continue  # run where it stands: its reads are counted there (a lambda in it is not)

@@ -151,6 +151,8 @@ def _code_problems(code: types.CodeType, name: str):
         if ins.opname in _SIDE_EFFECTS:
             if ins.opname == "STORE_DEREF" and ins.argval in code.co_cellvars:
                 continue  # a cell of its own (a name a nested function reads)
+            if ins.opname == "YIELD_VALUE" and code.co_name == "<genexpr>":
+                continue  # a generator expression's items (when it runs: the liveness's care)
             yield f"{name} has a side effect ({ins.opname} {ins.argval})"
             return
     for c in code.co_consts:

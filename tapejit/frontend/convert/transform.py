@@ -42,7 +42,7 @@ import copy
 
 from .appends import Appends
 from .exits import Breaks, Continues
-from .liveness import Liveness, modified, reads, target_names
+from .liveness import Liveness, eager_generators, modified, reads, target_names
 
 #: Names of the operators the rewritten code calls (cells of the rewritten function).
 OPERATORS = ("_tj_for_stmt", "_tj_if_stmt", "_tj_ifexp", "_tj_args", "_tj_and", "_tj_or",
@@ -128,6 +128,7 @@ class Converter(ast.NodeTransformer):
         Appends(fn, loop_shape_ok).rewrite()
         Breaks(fn, loop_shape_ok).rewrite()
         self.live = Liveness(fn)
+        self.eager_gens = eager_generators(fn)
         self.locals = set(locals_) | modified(fn.body)
         for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
             self.locals.add(a.arg)
@@ -177,7 +178,10 @@ class Converter(ast.NodeTransformer):
     # a list, set or dict comprehension runs where it stands: its subscripts read as the
     # statement's do (``np.stack([X[tets[t, m]] for m in range(4)])`` gathers at a traced t)
     visit_ListComp = visit_SetComp = visit_DictComp = _inner_scope
-    visit_Lambda = visit_GeneratorExp = _lazy_scope
+    visit_Lambda = _lazy_scope
+
+    def visit_GeneratorExp(self, node):  # consumed at once by sum(...), list(...): eager
+        return (self._inner_scope if id(node) in self.eager_gens else self._lazy_scope)(node)
 
     def _stmts(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
