@@ -49,6 +49,23 @@ def _make_fork_safe() -> None:
 _make_fork_safe()
 
 
+def _quiesce_at_exit() -> None:
+    """At interpreter exit, wait until no other thread is inside LLVM and keep them out: a
+    daemon thread still compiling when the interpreter finalises ran LLVM while the process
+    tore down, and the process ended with SIGSEGV after the program's last line (seen with a
+    thread compiling in a loop). atexit handlers run once the non-daemon threads are joined;
+    taking llvmlite's (reentrant) lock there lets the main thread's own last calls through and
+    parks any daemon thread at its next LLVM call."""
+    import atexit
+
+    lock = _llvm_lock()
+    if lock is not None:
+        atexit.register(lock.acquire)
+
+
+_quiesce_at_exit()
+
+
 def embed_record(module: ir.Module, name: str, data: bytes) -> None:
     """Add ``data`` to ``module`` as the read-only global ``name``: an 8-byte little-endian
     length, then the bytes (read back with :meth:`CodeLibrary.record`)."""
