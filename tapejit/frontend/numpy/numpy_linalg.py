@@ -74,7 +74,8 @@ def _batched(fn, a, *rest):
 #: entries, so its derivative is the cofactor matrix (the adjugate's transpose) everywhere —
 #: singular matrices included, without a hand-given rule — and a few multiply-adds per matrix
 #: that batch and vectorise across a loop's elements (a deformation gradient's det per element).
-COFACTOR_MAX = 4
+#: Above it every square factorisation is a primitive (:data:`.numpy_factor.SMALL_MAX`).
+COFACTOR_MAX = factor.SMALL_MAX
 
 
 def _minors4(e):
@@ -222,72 +223,7 @@ def inv(a):
     if a.shape[-1] <= COFACTOR_MAX:  # the adjugate over the determinant (see _adjugate_small)
         adj, d = _adjugate_small(a, "numpy.linalg.inv")
         return adj / d[..., None, None]
-    if factor.use_primitives(a.shape[-1]):
-        return _batched(factor.inv, a)
-    eye = np.eye(a.shape[-1])
-    return _batched(lambda m: _solve2(m, _t(eye)), a)
-
-
-def _product(xs, start, stop):
-    """``xs[start] * ... * xs[stop - 1]`` (1.0 when empty)."""
-    p = 1.0
-    for x in xs[start:stop]:
-        p = x * p
-    return p
-
-
-def _adjugate_upper(u):
-    """The adjugate ``det(U) U^-1`` of an upper-triangular ``u`` (n x n) without a division,
-    so it is defined where a pivot is 0. Column j from ``U X = det(U) I`` by back substitution,
-    each term multiplied through by the pivots it would divide by: with d the diagonal,
-    ``X[i, j] = d[:i].prod() * d[j+1:].prod() * z[i]``, ``z[j] = 1``,
-    ``z[i] = -sum_{i<k<=j} u[i, k] z[k] d[i+1:k].prod()``."""
-    n = u.shape[0]
-    d = [u[i, i] for i in range(n)]
-    zero = _like(0.0, u, shape=())
-    cols = []
-    for j in range(n):
-        z = {j: 1.0}
-        for i in reversed(range(j)):
-            acc = zero
-            for k in range(i + 1, j + 1):
-                acc = acc - u[i, k] * z[k] * _product(d, i + 1, k)
-            z[i] = acc
-        outer = _product(d, j + 1, n)
-        cols.append(_stack([_product(d, 0, i) * outer * z[i] if i <= j else zero for i in range(n)]))
-    return _transpose(_stack(cols), (1, 0))
-
-
-def _det_parts(a):
-    """(det a, adj a) from one elimination of ``[a | I]``: it leaves ``[U | M]`` with
-    ``M a = U`` and ``det M = sign`` (M = L^-1 P), so ``det a = sign prod(diag U)`` and
-    ``adj a = adj(U) adj(M^-1) = sign adj(U) M`` — both without a division by a pivot, exact for
-    singular matrices too (the adjugate of a rank n-1 matrix is not 0)."""
-    n = a.shape[0]
-    m, sign = _lu(_concatenate([a, _t(np.eye(n))], 1))
-    u = m[:, :n]
-    d = u[0, 0]
-    for i in range(1, n):
-        d = d * u[i, i]
-    return sign * d + 0.0, sign * (_adjugate_upper(u) @ m[:, n:])
-
-
-@custom_jvp
-def _det2(a):
-    m, sign = _lu(a)
-    d = m[0, 0]
-    for i in range(1, a.shape[0]):
-        d = d * m[i, i]
-    return sign * d + 0.0  # numpy's det of a singular matrix is +0.0 (sign 0 times exp(-inf))
-
-
-@_det2.defjvp
-def _det2_jvp(primals, tangents):
-    """d det(A) = tr(adj(A) dA) (Jacobi's formula), with the adjugate of :func:`_det_parts`:
-    defined and right at a singular A, where differentiating the elimination divides by 0."""
-    (a,), (da,) = primals, tangents
-    value, adj = _det_parts(a)
-    return value, _reduce(Op.REDUCE_SUM, _transpose(adj, (1, 0)) * da)
+    return _batched(factor.inv, a)
 
 
 def _det_cofactor(a):
@@ -317,15 +253,7 @@ def det(a):
     n = a.shape[-1]
     if n <= COFACTOR_MAX:
         return _det_cofactor(a)
-    return _batched(factor.det if factor.use_primitives(n) else _det2, a)
-
-
-def _slogdet2(a):
-    m, sign = _lu(a)
-    n = a.shape[0]
-    diag = _stack([m[i, i] for i in range(n)])
-    s = sign * np.prod(np.sign(diag))
-    return s, _reduce(Op.REDUCE_SUM, np.log(abs(diag)))
+    return _batched(factor.det, a)
 
 
 def _slogdet_cofactor(a):
@@ -350,7 +278,7 @@ def slogdet(a):
     a = _square(a, "slogdet")
     if a.shape[-1] <= COFACTOR_MAX:
         return _slogdet_cofactor(a)
-    return _batched(factor.slogdet if factor.use_primitives(a.shape[-1]) else _slogdet2, a)
+    return _batched(factor.slogdet, a)
 
 
 def _cholesky2(a):
