@@ -36,7 +36,8 @@ def eager_generators(fn: ast.AST) -> set[int]:
     local = modified(fn.body) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
     args = getattr(fn, "args", None)
     if isinstance(args, ast.arguments):
-        local |= {a.arg for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]}
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+        local |= {a.arg for a in every if a is not None}
     out: set[int] = set()
     for n in ast.walk(fn):
         if (isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in CONSUMERS
@@ -165,7 +166,9 @@ class Liveness:
     def __init__(self, fn: ast.FunctionDef):
         self.after: dict[int, frozenset[str]] = {}
         self.always: set[str] = set()
-        generated = _generated_scopes(fn) | eager_generators(fn)
+        #: ids of the generator expressions that run where they stand (:func:`eager_generators`)
+        self.eager = eager_generators(fn)
+        generated = _generated_scopes(fn) | self.eager
         for n in ast.walk(fn):
             if isinstance(n, _EAGER):
                 continue  # run where it stands: its reads are counted there (a lambda in it is not)

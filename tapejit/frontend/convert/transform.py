@@ -42,7 +42,7 @@ import copy
 
 from .appends import Appends
 from .exits import Breaks, Continues
-from .liveness import Liveness, eager_generators, modified, reads, target_names
+from .liveness import Liveness, modified, reads, target_names
 
 #: Names of the operators the rewritten code calls (cells of the rewritten function).
 OPERATORS = ("_tj_for_stmt", "_tj_if_stmt", "_tj_ifexp", "_tj_args", "_tj_and", "_tj_or",
@@ -128,7 +128,6 @@ class Converter(ast.NodeTransformer):
         Appends(fn, loop_shape_ok).rewrite()
         Breaks(fn, loop_shape_ok).rewrite()
         self.live = Liveness(fn)
-        self.eager_gens = eager_generators(fn)
         self.locals = set(locals_) | modified(fn.body)
         for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]:
             self.locals.add(a.arg)
@@ -181,7 +180,7 @@ class Converter(ast.NodeTransformer):
     visit_Lambda = _lazy_scope
 
     def visit_GeneratorExp(self, node):  # consumed at once by sum(...), list(...): eager
-        return (self._inner_scope if id(node) in self.eager_gens else self._lazy_scope)(node)
+        return (self._inner_scope if id(node) in self.live.eager else self._lazy_scope)(node)
 
     def _stmts(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
